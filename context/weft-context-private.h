@@ -1,0 +1,183 @@
+/* weft-context-private.h: what the engine and sibling files may use of a
+ * context and its sources.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "weft-engine-private.h"
+#include "weft-context.h"
+#include "weft-join.h"
+
+G_BEGIN_DECLS
+
+/* ---- id map (weft-idmap.c) -------------------------------------------- */
+
+/* Open addressing keyed by the source id. Ids are handed out in sequence,
+ * so the identity hash places them in consecutive slots: no collisions in
+ * the common case, and deletion shifts entries back (no tombstones). */
+typedef struct {
+  guint *keys;
+  gpointer *values;
+  guint mask;       /* capacity - 1; capacity is a power of two */
+  guint len;
+} WeftIdMap;
+
+void weft__idmap_init (WeftIdMap *map);
+void weft__idmap_clear (WeftIdMap *map);
+void weft__idmap_insert (WeftIdMap *map, guint key, gpointer value);
+gpointer weft__idmap_lookup (WeftIdMap *map, guint key);
+gpointer weft__idmap_remove (WeftIdMap *map, guint key);
+/* Moves every value into @out (a GPtrArray) and empties the map. */
+void weft__idmap_steal_all (WeftIdMap *map, GPtrArray *out);
+
+/* ---- sources ---------------------------------------------------------- */
+
+typedef enum {
+  WEFT_SOURCE_FD,
+  WEFT_SOURCE_TIMEOUT,
+  WEFT_SOURCE_IDLE,
+  WEFT_SOURCE_SIGNAL,
+} WeftSourceKind;
+
+typedef struct _WeftSource WeftSource;
+struct _WeftSource {
+  guint id;
+  WeftSourceKind kind;
+  gboolean running;        /* HOLDS: ctx->lock; its callback is executing */
+  gboolean removed;        /* HOLDS: ctx->lock; out of the id map, never to start again */
+  WeftContext *ctx;        /* not owned: a source never outlives its context's close */
+  gpointer func;
+  gpointer user_data;
+  GDestroyNotify notify;
+};
+
+struct _WeftFdSource {
+  WeftSource base;
+  WeftNode node;           /* in the context inbox while a readiness waits */
+  gint refs;               /* (atomic) registration + queued node + lookups */
+  int fd;
+  guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
+  guint64 key;             /* fd table key; 0 once unregistered */
+  atomic_uint revents;     /* readiness accumulated for the next callback */
+  atomic_int queued;       /* node is in the inbox (modify_fd can re-arm early) */
+};
+
+typedef struct {
+  WeftSource base;
+  gint64 deadline;         /* HOLDS: ctx->lock */
+  gint64 interval;         /* ns */
+  guint heap_index;        /* HOLDS: ctx->lock; WEFT_HEAP_NONE when not queued */
+} WeftTimeoutSource;
+
+typedef struct _WeftIdleSource WeftIdleSource;
+struct _WeftIdleSource {
+  WeftSource base;
+  WeftIdleSource *prev, *next; /* HOLDS: ctx->lock */
+};
+
+typedef struct {
+  WeftSource base;
+  WeftNode node;
+  gint refs;               /* (atomic) registration + queued node */
+  int signum;
+  atomic_int queued;
+} WeftSignalSource;
+
+/* ---- the context ------------------------------------------------------ */
+
+/* The state word. SCHEDULED is the consumer right over both inboxes: its
+ * holder alone pops them. It is held by the creator until dispatch, then by
+ * whoever pushed the context on the run queue, until the runner finds both
+ * inboxes empty and releases it. ACTIVE: dispatched. CLOSED: destroyed,
+ * whatever is popped is dropped. */
+enum {
+  WEFT_CTX_SCHEDULED = 1u << 0,
+  WEFT_CTX_ACTIVE = 1u << 1,
+  WEFT_CTX_CLOSED = 1u << 2,
+};
+
+struct _WeftContext {
+  WeftNode run_node;           /* on the engine run queue while scheduled */
+  gint ref_count;              /* (atomic) public references */
+  gint internal_refs;          /* (atomic) 1 for the public side, +1 while
+                                * scheduled, +1 per source, +1 per engine
+                                * timer heap entry or queued timers_node */
+  WeftEngine *engine;          /* (owned) internal reference */
+  _Atomic guint state;
+  char pad0_[64];
+  WeftMpsc front;              /* post_front */
+  WeftMpsc back;               /* post, readiness, timers, signals, idles */
+  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
+  guint max_queued;            /* set before dispatch */
+  gboolean idles_due;          /* consumer only */
+
+  GMutex lock;
+  WeftIdMap ids;               /* HOLDS: lock */
+  guint last_id;               /* HOLDS: lock */
+  WeftHeap timers;             /* HOLDS: lock; WeftTimeoutSource */
+  WeftIdleSource *idles;       /* HOLDS: lock; doubly linked */
+  WeftIdleSource *idles_tail;  /* HOLDS: lock */
+
+  WeftNode timers_node;        /* kind TIMERS */
+  atomic_int timers_queued;
+  guint timer_index;           /* HOLDS: engine->timer_lock */
+
+  WeftNode idle_node;          /* kind IDLE */
+  atomic_int idle_queued;
+};
+
+WeftContext *weft__context_internal_ref (WeftContext *self);
+void weft__context_internal_unref (WeftContext *self);
+
+/* Pushes @node on an inbox and schedules the context. When @local points
+ * to NULL and this call claimed the context, the context is handed back in
+ * *@local for the calling worker to run itself instead of being queued. */
+void weft__context_push (WeftContext *self, WeftNode *node, gboolean front,
+                         WeftContext **local);
+/* Puts a context that was claimed through @local on the run queue. */
+void weft__context_enqueue (WeftContext *self);
+/* Runs a claimed context; returns when it is released or requeued. */
+void weft__context_run (WeftContext *self);
+/* Drops everything queued on a claimed context without running it. */
+void weft__context_run_dropping (WeftContext *self);
+
+/* Allocates the next id and records @source; HOLDS: lock. Returns 0 if the
+ * context is closed. */
+guint weft__context_add_source_unlocked (WeftContext *self, WeftSource *source);
+void weft__context_drop_idmap_unlocked (WeftContext *self, WeftSource *source);
+void weft__source_call_notify (WeftSource *source);
+
+/* Per-kind handling (weft-fd.c, weft-timeout.c, weft-idle.c, weft-signal.c).
+ * _detach_unlocked: the source left the id map and is not running: unhook it
+ * from the engine; returns TRUE if the caller must free it (after unlocking)
+ * with _finalize. */
+void weft__fd_source_ref (WeftFdSource *source);
+void weft__fd_source_unref (WeftFdSource *source);
+void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);
+void weft__fd_source_dispatch (WeftFdSource *source, gboolean drop);
+gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
+
+void weft__timeouts_dispatch (WeftContext *ctx);
+gboolean weft__timeout_detach_unlocked (WeftTimeoutSource *source);
+void weft__timeout_set_index (gpointer item, guint index);
+
+void weft__idles_dispatch (WeftContext *ctx);
+gboolean weft__idle_detach_unlocked (WeftIdleSource *source);
+
+void weft__signal_source_ref (WeftSignalSource *source);
+void weft__signal_source_unref (WeftSignalSource *source);
+void weft__signal_source_raise (WeftSignalSource *source, WeftContext **local);
+void weft__signal_source_dispatch (WeftSignalSource *source, gboolean drop);
+gboolean weft__signal_source_detach_unlocked (WeftSignalSource *source);
+gboolean weft__signals_subscribe (WeftEngine *engine, WeftSignalSource *source, GError **error);
+void weft__signals_unsubscribe (WeftEngine *engine, WeftSignalSource *source);
+
+/* Unhooks a source that left the id map and is not running; returns TRUE
+ * when the caller must call weft__source_finalize() after unlocking. */
+gboolean weft__source_detach_unlocked (WeftSource *source);
+/* Drops the source's registration: frees it (notify included) once no
+ * queued node holds it any more. */
+void weft__source_finalize (WeftSource *source);
+
+G_END_DECLS

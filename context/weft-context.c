@@ -1,0 +1,509 @@
+/* weft-context.c: the serial queue. Posting, scheduling, the run loop,
+ * destruction.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_unref)
+
+/* Nodes run before a context yields its worker to other runnables. */
+#define RUN_BUDGET 256
+
+static _Thread_local WeftContext *tls_current;
+
+static void close_context (WeftContext *self);
+
+/**
+ * weft_context_new:
+ * @engine: the engine whose workers will run the context
+ *
+ * Creates an inactive context. Nothing of it runs — no posted job, no fd,
+ * no timeout — until weft_context_dispatch(), so the creating thread can
+ * add its sources first without racing the first callback.
+ *
+ * Returns: (transfer full): a new context
+ */
+WeftContext *
+weft_context_new (WeftEngine *engine)
+{
+  g_return_val_if_fail (engine != NULL, NULL);
+  g_return_val_if_fail (!atomic_load (&engine->dead), NULL);
+
+  WeftContext *self = g_new0 (WeftContext, 1);
+  self->run_node.kind = WEFT_NODE_CONTEXT;
+  self->ref_count = 1;
+  self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
+  self->engine = weft__engine_internal_ref (engine);
+  atomic_init (&self->state, WEFT_CTX_SCHEDULED);
+  weft__mpsc_init (&self->front);
+  weft__mpsc_init (&self->back);
+  g_mutex_init (&self->lock);
+  weft__idmap_init (&self->ids);
+  weft__heap_init (&self->timers, weft__timeout_set_index);
+  self->timers_node.kind = WEFT_NODE_TIMERS;
+  self->idle_node.kind = WEFT_NODE_IDLE;
+  self->timer_index = WEFT_HEAP_NONE;
+  atomic_fetch_add (&engine->n_contexts, 1);
+  return self;
+}
+
+/**
+ * weft_context_ref:
+ * @self: a context
+ *
+ * Returns: (transfer full): @self
+ */
+WeftContext *
+weft_context_ref (WeftContext *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_return_val_if_fail (g_atomic_int_get (&self->ref_count) > 0, NULL);
+  g_atomic_int_inc (&self->ref_count);
+  return self;
+}
+
+/**
+ * weft_context_unref:
+ * @self: (nullable) (transfer full): a context
+ *
+ * Drops a reference; the last one destroys the context as
+ * weft_context_destroy() does.
+ */
+void
+weft_context_unref (WeftContext *self)
+{
+  if (self == NULL)
+    return;
+  if (!g_atomic_int_dec_and_test (&self->ref_count))
+    return;
+  close_context (self);
+  weft__context_internal_unref (self);
+}
+
+WeftContext *
+weft__context_internal_ref (WeftContext *self)
+{
+  g_atomic_int_inc (&self->internal_refs);
+  return self;
+}
+
+void
+weft__context_internal_unref (WeftContext *self)
+{
+  if (!g_atomic_int_dec_and_test (&self->internal_refs))
+    return;
+  g_assert (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back));
+  g_assert (self->ids.len == 0 && self->timers.len == 0 && self->idles == NULL);
+  weft__idmap_clear (&self->ids);
+  weft__heap_clear (&self->timers);
+  g_mutex_clear (&self->lock);
+  atomic_fetch_sub (&self->engine->n_contexts, 1);
+  weft__engine_internal_unref (self->engine);
+  g_free (self);
+}
+
+/* Gives up the consumer right. Returns TRUE if work arrived meanwhile and
+ * the right was taken back (the caller keeps running or queues the
+ * context); FALSE if released, after which @self may be gone. */
+static gboolean
+release (WeftContext *self)
+{
+  atomic_fetch_and (&self->state, ~WEFT_CTX_SCHEDULED);
+  /* Pairs with the poster's push-then-load: we store, then look. */
+  if (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back))
+    {
+      weft__context_internal_unref (self);
+      return FALSE;
+    }
+  guint old = atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED);
+  if (old & WEFT_CTX_SCHEDULED)
+    {
+      weft__context_internal_unref (self); /* the other claimer took its own */
+      return FALSE;
+    }
+  return TRUE;
+}
+
+void
+weft__context_enqueue (WeftContext *self)
+{
+  weft__engine_enqueue (self->engine, &self->run_node, FALSE);
+}
+
+void
+weft__context_push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local)
+{
+  weft__mpsc_push (front ? &self->front : &self->back, node);
+
+  /* Whoever holds SCHEDULED will see the node before releasing (see
+   * release()); only an idle context needs claiming. */
+  guint s = atomic_load (&self->state);
+  if (s & WEFT_CTX_SCHEDULED)
+    return;
+  guint old = atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED);
+  if (old & WEFT_CTX_SCHEDULED)
+    return;
+  weft__context_internal_ref (self);
+  if (local != NULL && *local == NULL &&
+      !atomic_load_explicit (&self->engine->dead, memory_order_relaxed))
+    *local = self;
+  else
+    weft__engine_enqueue (self->engine, &self->run_node, front);
+}
+
+static inline WeftNode *
+pop (WeftContext *self)
+{
+  WeftNode *n = weft__mpsc_pop (&self->front);
+  return n ? n : weft__mpsc_pop (&self->back);
+}
+
+/* Runs or drops one node; @drop when the context is closed or the engine
+ * gone. */
+static void
+process (WeftContext *self, WeftNode *n, gboolean drop)
+{
+  switch ((WeftNodeKind) n->kind)
+    {
+    case WEFT_NODE_JOB:
+      if (n->flags & WEFT_JOB_COUNTED)
+        atomic_fetch_sub (&self->n_queued, 1);
+      if (!drop)
+        weft__worker_count_job ();
+      weft__job_finish ((WeftJob *) n, !drop);
+      break;
+    case WEFT_NODE_FD:
+      weft__fd_source_dispatch (
+          (WeftFdSource *) ((char *) n - G_STRUCT_OFFSET (WeftFdSource, node)), drop);
+      break;
+    case WEFT_NODE_SIGNAL:
+      weft__signal_source_dispatch (
+          (WeftSignalSource *) ((char *) n - G_STRUCT_OFFSET (WeftSignalSource, node)), drop);
+      break;
+    case WEFT_NODE_TIMERS:
+      atomic_store (&self->timers_queued, 0);
+      if (!drop)
+        weft__timeouts_dispatch (self);
+      weft__context_internal_unref (self); /* the engine heap's reference */
+      break;
+    case WEFT_NODE_IDLE:
+      atomic_store (&self->idle_queued, 0);
+      break;
+    default:
+      g_assert_not_reached ();
+    }
+}
+
+void
+weft__context_run (WeftContext *self)
+{
+  WeftContext *prev = tls_current;
+  guint budget = RUN_BUDGET;
+
+  tls_current = self;
+  for (;;)
+    {
+      WeftNode *n = pop (self);
+      if (n != NULL)
+        {
+          gboolean drop = (atomic_load_explicit (&self->state, memory_order_relaxed) &
+                           WEFT_CTX_CLOSED) != 0;
+          process (self, n, drop);
+          self->idles_due = TRUE;
+          if (--budget == 0)
+            {
+              /* Keep SCHEDULED and its reference; go to the back of the line. */
+              tls_current = prev;
+              weft__context_enqueue (self);
+              return;
+            }
+          continue;
+        }
+      if (weft__mpsc_nonempty (&self->front) || weft__mpsc_nonempty (&self->back))
+        continue; /* a producer is between its exchange and its link */
+      if (self->idles_due)
+        {
+          self->idles_due = FALSE;
+          if (!(atomic_load (&self->state) & WEFT_CTX_CLOSED))
+            weft__idles_dispatch (self);
+          continue;
+        }
+      tls_current = prev;
+      if (!release (self))
+        return;
+      tls_current = self;
+    }
+}
+
+void
+weft__context_run_dropping (WeftContext *self)
+{
+  do
+    {
+      WeftNode *n;
+      while ((n = pop (self)) != NULL || weft__mpsc_nonempty (&self->front) ||
+             weft__mpsc_nonempty (&self->back))
+        if (n != NULL)
+          process (self, n, TRUE);
+    }
+  while (release (self));
+}
+
+/**
+ * weft_context_dispatch:
+ * @self: a context from weft_context_new()
+ *
+ * Activates @self: from now on its callbacks run on the engine's workers,
+ * starting with whatever queued up since creation. Call it once, from the
+ * creating thread, after adding the first sources.
+ */
+void
+weft_context_dispatch (WeftContext *self)
+{
+  g_return_if_fail (self != NULL);
+  if (atomic_load (&self->state) & WEFT_CTX_CLOSED)
+    return; /* destroyed before dispatch: already drained */
+  guint old = atomic_fetch_or (&self->state, WEFT_CTX_ACTIVE);
+  g_return_if_fail (!(old & WEFT_CTX_ACTIVE));
+  if (release (self))
+    weft__context_enqueue (self);
+}
+
+/**
+ * weft_context_destroy:
+ * @self: a context
+ *
+ * Closes @self: every source is removed (their destroy notifies run once
+ * each, after any callback running on another worker returns), every
+ * queued job is dropped (its notify runs, its function does not), and from
+ * now on posts return %FALSE and weft_context_add_timeout() and friends
+ * return 0. Safe from any thread, including from @self's own callbacks.
+ * Jobs queued on a dispatched context are dropped by the worker that next
+ * runs it, so their notifies may run shortly after this returns. Does not
+ * drop a reference.
+ */
+void
+weft_context_destroy (WeftContext *self)
+{
+  g_return_if_fail (self != NULL);
+  close_context (self);
+}
+
+static void
+close_context (WeftContext *self)
+{
+  guint old = atomic_fetch_or (&self->state, WEFT_CTX_CLOSED);
+  if (old & WEFT_CTX_CLOSED)
+    return;
+
+  weft__timers_unschedule_context (self->engine, self);
+
+  GPtrArray *all = g_ptr_array_new ();
+  GPtrArray *finalize = g_ptr_array_new ();
+  g_mutex_lock (&self->lock);
+  weft__idmap_steal_all (&self->ids, all);
+  for (guint i = 0; i < all->len; i++)
+    {
+      WeftSource *src = all->pdata[i];
+      src->removed = TRUE;
+      if (!src->running && weft__source_detach_unlocked (src))
+        g_ptr_array_add (finalize, src);
+    }
+  g_mutex_unlock (&self->lock);
+  for (guint i = 0; i < finalize->len; i++)
+    weft__source_finalize (finalize->pdata[i]);
+  g_ptr_array_unref (finalize);
+  g_ptr_array_unref (all);
+
+  /* Before dispatch the creator's hold makes this thread the consumer:
+   * mark the context active and drain it here, which also gives up the
+   * hold. Afterwards the worker holding SCHEDULED drops what is queued. */
+  if (!(old & WEFT_CTX_ACTIVE))
+    {
+      atomic_fetch_or (&self->state, WEFT_CTX_ACTIVE);
+      weft__context_run_dropping (self);
+    }
+}
+
+/**
+ * weft_context_is_destroyed:
+ * @self: a context
+ *
+ * Returns: %TRUE once weft_context_destroy() or the last unref closed @self.
+ */
+gboolean
+weft_context_is_destroyed (WeftContext *self)
+{
+  g_return_val_if_fail (self != NULL, TRUE);
+  return (atomic_load (&self->state) & WEFT_CTX_CLOSED) != 0;
+}
+
+/**
+ * weft_context_get_engine:
+ * @self: a context
+ *
+ * Returns: (transfer none): the engine that runs @self
+ */
+WeftEngine *
+weft_context_get_engine (WeftContext *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->engine;
+}
+
+/**
+ * weft_context_get_current:
+ *
+ * Returns: (transfer none) (nullable): the context whose callback is
+ *   running on this thread, or %NULL outside context callbacks
+ */
+WeftContext *
+weft_context_get_current (void)
+{
+  return tls_current;
+}
+
+static gboolean
+post (WeftContext *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
+      gboolean front, gboolean bounded, GError **error)
+{
+  if (G_UNLIKELY ((atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED) ||
+                  weft__engine_refuses (self->engine)))
+    {
+      g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED,
+                           "the context is destroyed or its engine refuses work");
+      if (notify != NULL)
+        notify (user_data);
+      return FALSE;
+    }
+
+  guint32 flags = 0;
+  if (self->max_queued > 0)
+    {
+      guint before = atomic_fetch_add (&self->n_queued, 1);
+      if (bounded && before >= self->max_queued)
+        {
+          atomic_fetch_sub (&self->n_queued, 1);
+          g_set_error (error, WEFT_ERROR, WEFT_ERROR_QUEUE_FULL,
+                       "the context already has %u jobs queued", self->max_queued);
+          if (notify != NULL)
+            notify (user_data);
+          return FALSE;
+        }
+      flags = WEFT_JOB_COUNTED;
+    }
+
+  WeftJob *job = weft__job_alloc ();
+  job->node.flags = flags;
+  job->func = func;
+  job->user_data = user_data;
+  job->notify = notify;
+  weft__context_push (self, &job->node, front, NULL);
+  return TRUE;
+}
+
+/**
+ * weft_context_post:
+ * @self: a context
+ * @func: (scope notified) (closure user_data) (destroy notify): the job
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func ran, or when the
+ *   job is dropped
+ *
+ * Runs @func on @self after every job posted before it; callbacks of one
+ * context never overlap. Safe to call from any thread; lock-free, and no
+ * syscall unless a worker must be woken.
+ *
+ * Returns: %TRUE if queued; %FALSE if @self is destroyed or its engine
+ *   refuses work, in which case @notify has already been called.
+ */
+gboolean
+weft_context_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
+                   GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  return post (self, func, user_data, notify, FALSE, FALSE, NULL);
+}
+
+/**
+ * weft_context_post_front:
+ * @self: a context
+ * @func: (scope notified) (closure user_data) (destroy notify): the job
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func ran, or when the
+ *   job is dropped
+ *
+ * Like weft_context_post(), but @func runs before every job queued with
+ * weft_context_post() and not yet started; front jobs keep their order
+ * among themselves. If @self was idle it is also queued ahead of other
+ * contexts.
+ *
+ * Returns: %TRUE if queued; %FALSE as for weft_context_post().
+ */
+gboolean
+weft_context_post_front (WeftContext *self, WeftJobFunc func, gpointer user_data,
+                         GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  return post (self, func, user_data, notify, TRUE, FALSE, NULL);
+}
+
+/**
+ * weft_context_try_post:
+ * @self: a context
+ * @func: (scope notified) (closure user_data) (destroy notify): the job
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func ran, or when the
+ *   job is dropped or refused
+ * @error: return location for a #GError
+ *
+ * Like weft_context_post(), but refuses the job when @self already holds
+ * the number of jobs set with weft_context_set_max_queued(): the
+ * producer's signal to slow down.
+ *
+ * Returns: %TRUE if queued; %FALSE with %WEFT_ERROR_QUEUE_FULL or
+ *   %WEFT_ERROR_CLOSED, after calling @notify.
+ */
+gboolean
+weft_context_try_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
+                       GDestroyNotify notify, GError **error)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  return post (self, func, user_data, notify, FALSE, TRUE, error);
+}
+
+/**
+ * weft_context_set_max_queued:
+ * @self: a context, not yet dispatched
+ * @max_queued: the bound; 0 for none (the default)
+ *
+ * Bounds the jobs queued on @self for weft_context_try_post(). Jobs from
+ * weft_context_post() are counted but never refused. Counting costs an
+ * atomic add per post, so it is only done for bounded contexts; set the
+ * bound before weft_context_dispatch().
+ */
+void
+weft_context_set_max_queued (WeftContext *self, guint max_queued)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (!(atomic_load (&self->state) & WEFT_CTX_ACTIVE));
+  self->max_queued = max_queued;
+}
+
+/**
+ * weft_context_get_max_queued:
+ * @self: a context
+ *
+ * Returns: the bound from weft_context_set_max_queued(), 0 for none
+ */
+guint
+weft_context_get_max_queued (WeftContext *self)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  return self->max_queued;
+}

@@ -1,0 +1,226 @@
+/* weft-fd.c: fd sources. One-shot epoll registration, re-armed after the
+ * callback returns, so one readiness is delivered once and a callback is
+ * never re-entered for its own fd.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <errno.h>
+
+#include "weft-context-private.h"
+
+void
+weft__fd_source_ref (WeftFdSource *src)
+{
+  g_atomic_int_inc (&src->refs);
+}
+
+void
+weft__fd_source_unref (WeftFdSource *src)
+{
+  if (!g_atomic_int_dec_and_test (&src->refs))
+    return;
+  WeftContext *ctx = src->base.ctx;
+  weft__source_call_notify (&src->base);
+  g_free (src);
+  weft__context_internal_unref (ctx);
+}
+
+/* Called by the worker that got the readiness, with a reference from the
+ * fd table lookup that now belongs to the queued node. */
+void
+weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
+{
+  atomic_fetch_or (&src->revents, events);
+  if (atomic_exchange (&src->queued, 1))
+    {
+      /* Already waiting in the inbox (modify_fd re-armed it early). */
+      weft__fd_source_unref (src);
+      return;
+    }
+  weft__context_push (src->base.ctx, &src->node, FALSE, local);
+}
+
+gboolean
+weft__fd_source_detach_unlocked (WeftFdSource *src)
+{
+  if (src->key != 0)
+    {
+      WeftEngine *engine = src->base.ctx->engine;
+      /* Remove from epoll first, then retire the key: an event already in
+       * a worker's hands then fails its generation check. */
+      weft__poll_remove (engine->pfd, src->fd);
+      weft__fdtable_clear (engine->fdtable, src->key);
+      src->key = 0;
+    }
+  return TRUE; /* drop the registration reference */
+}
+
+void
+weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
+{
+  WeftContext *ctx = src->base.ctx;
+
+  atomic_store (&src->queued, 0);
+  g_mutex_lock (&ctx->lock);
+  if (drop || src->base.removed)
+    {
+      g_mutex_unlock (&ctx->lock);
+      weft__fd_source_unref (src); /* the node's reference */
+      return;
+    }
+  src->base.running = TRUE;
+  guint32 events = atomic_exchange (&src->revents, 0);
+  g_mutex_unlock (&ctx->lock);
+
+  weft__worker_count_job ();
+  gboolean keep = ((WeftFdFunc) src->base.func) (src->fd,
+                                                 weft__poll_condition_from_events (events),
+                                                 src->base.user_data);
+
+  gboolean finalize = FALSE;
+  g_mutex_lock (&ctx->lock);
+  src->base.running = FALSE;
+  if (!src->base.removed && !keep)
+    weft__context_drop_idmap_unlocked (ctx, &src->base);
+  if (src->base.removed)
+    finalize = weft__fd_source_detach_unlocked (src);
+  else
+    {
+      /* Re-arm under the lock: a concurrent remove cannot have let the fd
+       * be closed and its number reused yet. */
+      int r = weft__poll_modify (ctx->engine->pfd, src->fd, src->events, src->key, TRUE);
+      if (r < 0)
+        g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
+                   src->fd, g_strerror (-r));
+    }
+  g_mutex_unlock (&ctx->lock);
+  if (finalize)
+    weft__fd_source_unref (src);
+  weft__fd_source_unref (src);
+}
+
+static void
+set_poll_error (GError **error, int fd, int err)
+{
+  WeftError code = WEFT_ERROR_FAILED;
+  if (err == EEXIST)
+    code = WEFT_ERROR_EXISTS;
+  else if (err == EPERM || err == EBADF || err == EINVAL)
+    code = WEFT_ERROR_INVALID;
+  g_set_error (error, WEFT_ERROR, code, "cannot watch fd %d: %s", fd, g_strerror (err));
+}
+
+/**
+ * weft_context_add_fd:
+ * @self: a context
+ * @fd: a file descriptor that epoll can watch (socket, pipe, eventfd, ...)
+ * @events: what to wait for: %G_IO_IN, %G_IO_OUT, %G_IO_PRI (errors and
+ *   hang-ups are always reported)
+ * @func: (scope notified) (closure user_data) (destroy notify): called on
+ *   @self when @fd is ready
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data once the source is gone
+ * @error: return location for a #GError
+ *
+ * Watches @fd. Readiness is one-shot: after @func returns
+ * %G_SOURCE_CONTINUE the fd is re-armed, so @func is never re-entered and a
+ * readiness is never delivered twice. Safe from any thread. Weft never
+ * closes @fd: remove the source (or destroy the context) before closing it.
+ *
+ * Returns: the source id (> 0), or 0 with @error set: %WEFT_ERROR_EXISTS
+ *   if @fd is already watched by this engine, %WEFT_ERROR_INVALID if it
+ *   cannot be polled (a regular file) or is not open, %WEFT_ERROR_CLOSED
+ *   if @self is destroyed. On failure @notify has been called.
+ */
+guint
+weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
+                     gpointer user_data, GDestroyNotify notify, GError **error)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail (fd >= 0, 0);
+  g_return_val_if_fail ((events & (G_IO_IN | G_IO_OUT | G_IO_PRI)) != 0, 0);
+  g_return_val_if_fail (func != NULL, 0);
+  g_return_val_if_fail (error == NULL || *error == NULL, 0);
+
+  WeftFdSource *src = g_new0 (WeftFdSource, 1);
+  src->base.kind = WEFT_SOURCE_FD;
+  src->base.func = (gpointer) func;
+  src->base.user_data = user_data;
+  src->base.notify = notify;
+  src->node.kind = WEFT_NODE_FD;
+  src->refs = 1; /* the registration */
+  src->fd = fd;
+  src->events = weft__poll_events_from_condition (events);
+
+  g_mutex_lock (&self->lock);
+  guint id = weft__context_add_source_unlocked (self, &src->base);
+  if (id == 0)
+    {
+      g_mutex_unlock (&self->lock);
+      g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
+      if (notify != NULL)
+        notify (user_data);
+      g_free (src);
+      return 0;
+    }
+  WeftEngine *engine = self->engine;
+  src->key = weft__fdtable_insert (engine->fdtable, src);
+  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events, src->key, TRUE) : -EMFILE;
+  if (r < 0)
+    {
+      if (src->key != 0)
+        weft__fdtable_clear (engine->fdtable, src->key);
+      src->key = 0;
+      weft__context_drop_idmap_unlocked (self, &src->base);
+      g_mutex_unlock (&self->lock);
+      set_poll_error (error, fd, -r);
+      weft__fd_source_unref (src);
+      return 0;
+    }
+  g_mutex_unlock (&self->lock);
+  return id;
+}
+
+/**
+ * weft_context_modify_fd:
+ * @self: a context
+ * @id: an fd source id from weft_context_add_fd()
+ * @events: the new interest (%G_IO_IN, %G_IO_OUT, %G_IO_PRI)
+ * @error: return location for a #GError
+ *
+ * Changes what an fd source waits for, for example adding %G_IO_OUT while
+ * output is queued. Takes effect at once, or when the running callback
+ * returns if called from it.
+ *
+ * Returns: %TRUE on success; %FALSE with %WEFT_ERROR_INVALID if @id is not
+ *   an fd source of @self.
+ */
+gboolean
+weft_context_modify_fd (WeftContext *self, guint id, GIOCondition events, GError **error)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail ((events & (G_IO_IN | G_IO_OUT | G_IO_PRI)) != 0, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  int r = 0;
+  g_mutex_lock (&self->lock);
+  WeftSource *base = weft__idmap_lookup (&self->ids, id);
+  if (base == NULL || base->kind != WEFT_SOURCE_FD)
+    {
+      g_mutex_unlock (&self->lock);
+      g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "no fd source with id %u", id);
+      return FALSE;
+    }
+  WeftFdSource *src = (WeftFdSource *) base;
+  int fd = src->fd;
+  src->events = weft__poll_events_from_condition (events);
+  if (!base->running)
+    r = weft__poll_modify (self->engine->pfd, fd, src->events, src->key, TRUE);
+  g_mutex_unlock (&self->lock);
+  if (r < 0)
+    {
+      set_poll_error (error, fd, -r);
+      return FALSE;
+    }
+  return TRUE;
+}

@@ -1,0 +1,112 @@
+/* weft-idle.c: idle handlers. They run when a run of the context has
+ * emptied its queue, and a handler that continues runs again only after
+ * the context has run something else: an idle never spins a worker and
+ * never keeps the engine awake.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+gboolean
+weft__idle_detach_unlocked (WeftIdleSource *idle)
+{
+  WeftContext *ctx = idle->base.ctx;
+  if (idle->prev != NULL)
+    idle->prev->next = idle->next;
+  else
+    ctx->idles = idle->next;
+  if (idle->next != NULL)
+    idle->next->prev = idle->prev;
+  else
+    ctx->idles_tail = idle->prev;
+  idle->prev = idle->next = NULL;
+  return TRUE;
+}
+
+void
+weft__idles_dispatch (WeftContext *ctx)
+{
+  GSList *dead = NULL;
+
+  g_mutex_lock (&ctx->lock);
+  /* Handlers added during this pass are appended and run in it too. */
+  for (WeftIdleSource *idle = ctx->idles; idle != NULL;)
+    {
+      idle->base.running = TRUE;
+      g_mutex_unlock (&ctx->lock);
+
+      weft__worker_count_job ();
+      gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
+
+      g_mutex_lock (&ctx->lock);
+      idle->base.running = FALSE;
+      WeftIdleSource *next = idle->next; /* read under the lock, after the call */
+      if (!idle->base.removed && !keep)
+        weft__context_drop_idmap_unlocked (ctx, &idle->base);
+      if (idle->base.removed)
+        {
+          /* Freed after the pass: dropping the lock here could let @next
+           * be removed and freed under us. */
+          weft__idle_detach_unlocked (idle);
+          dead = g_slist_prepend (dead, idle);
+        }
+      idle = next;
+    }
+  g_mutex_unlock (&ctx->lock);
+  for (GSList *l = dead; l != NULL; l = l->next)
+    weft__source_finalize (l->data);
+  g_slist_free (dead);
+}
+
+/**
+ * weft_context_add_idle:
+ * @self: a context
+ * @func: (scope notified) (closure user_data) (destroy notify): called on
+ *   @self when its queue is empty; return %G_SOURCE_CONTINUE to be called
+ *   again after the context next runs something else
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data once the source is gone
+ *
+ * Adds an idle handler. Unlike a GLib idle it never makes the context busy:
+ * it runs once each time the context's queue runs dry. Safe from any
+ * thread.
+ *
+ * Returns: the source id (> 0), or 0 if @self is destroyed (then @notify
+ *   has been called)
+ */
+guint
+weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
+                       GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail (func != NULL, 0);
+
+  WeftIdleSource *idle = g_new0 (WeftIdleSource, 1);
+  idle->base.kind = WEFT_SOURCE_IDLE;
+  idle->base.func = (gpointer) func;
+  idle->base.user_data = user_data;
+  idle->base.notify = notify;
+
+  g_mutex_lock (&self->lock);
+  guint id = weft__context_add_source_unlocked (self, &idle->base);
+  if (id == 0)
+    {
+      g_mutex_unlock (&self->lock);
+      if (notify != NULL)
+        notify (user_data);
+      g_free (idle);
+      return 0;
+    }
+  idle->prev = self->idles_tail;
+  if (self->idles_tail != NULL)
+    self->idles_tail->next = idle;
+  else
+    self->idles = idle;
+  self->idles_tail = idle;
+  g_mutex_unlock (&self->lock);
+
+  /* Make the context run once so the new handler gets its first turn. */
+  if (!atomic_exchange (&self->idle_queued, 1))
+    weft__context_push (self, &self->idle_node, FALSE, NULL);
+  return id;
+}

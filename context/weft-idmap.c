@@ -1,0 +1,118 @@
+/* weft-idmap.c: source id -> source, for weft_context_remove().
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+#define MIN_CAP 16
+
+void
+weft__idmap_init (WeftIdMap *map)
+{
+  map->keys = NULL;
+  map->values = NULL;
+  map->mask = 0;
+  map->len = 0;
+}
+
+void
+weft__idmap_clear (WeftIdMap *map)
+{
+  g_free (map->keys);
+  g_free (map->values);
+  weft__idmap_init (map);
+}
+
+static void
+place (WeftIdMap *map, guint key, gpointer value)
+{
+  guint i = key & map->mask;
+  while (map->keys[i] != 0)
+    i = (i + 1) & map->mask;
+  map->keys[i] = key;
+  map->values[i] = value;
+}
+
+static void
+resize (WeftIdMap *map, guint cap)
+{
+  guint *keys = map->keys;
+  gpointer *values = map->values;
+  guint old_cap = keys ? map->mask + 1 : 0;
+
+  map->keys = g_new0 (guint, cap);
+  map->values = g_new (gpointer, cap);
+  map->mask = cap - 1;
+  for (guint i = 0; i < old_cap; i++)
+    if (keys[i] != 0)
+      place (map, keys[i], values[i]);
+  g_free (keys);
+  g_free (values);
+}
+
+void
+weft__idmap_insert (WeftIdMap *map, guint key, gpointer value)
+{
+  /* Keep the load under 1/2 so probe runs stay short. */
+  if (map->keys == NULL || 2 * (map->len + 1) > map->mask + 1)
+    resize (map, map->keys ? 2 * (map->mask + 1) : MIN_CAP);
+  place (map, key, value);
+  map->len++;
+}
+
+static gint
+find (WeftIdMap *map, guint key)
+{
+  if (map->keys == NULL || key == 0)
+    return -1;
+  for (guint i = key & map->mask;; i = (i + 1) & map->mask)
+    {
+      if (map->keys[i] == key)
+        return (gint) i;
+      if (map->keys[i] == 0)
+        return -1;
+    }
+}
+
+gpointer
+weft__idmap_lookup (WeftIdMap *map, guint key)
+{
+  gint i = find (map, key);
+  return i < 0 ? NULL : map->values[i];
+}
+
+gpointer
+weft__idmap_remove (WeftIdMap *map, guint key)
+{
+  gint at = find (map, key);
+  if (at < 0)
+    return NULL;
+  gpointer value = map->values[at];
+  guint hole = (guint) at;
+
+  /* Backward-shift deletion: move later members of the probe run into the
+   * hole when their home slot is not between the hole and themselves. */
+  map->keys[hole] = 0;
+  for (guint j = (hole + 1) & map->mask; map->keys[j] != 0; j = (j + 1) & map->mask)
+    {
+      guint home = map->keys[j] & map->mask;
+      gboolean stays = (hole <= j) ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (stays)
+        continue;
+      map->keys[hole] = map->keys[j];
+      map->values[hole] = map->values[j];
+      map->keys[j] = 0;
+      hole = j;
+    }
+  map->len--;
+  return value;
+}
+
+void
+weft__idmap_steal_all (WeftIdMap *map, GPtrArray *out)
+{
+  for (guint i = 0; map->keys != NULL && i <= map->mask; i++)
+    if (map->keys[i] != 0)
+      g_ptr_array_add (out, map->values[i]);
+  weft__idmap_clear (map);
+}

@@ -1,0 +1,227 @@
+/* weft-join.c: fork-join points. A counter of tasks and a continuation that
+ * runs after the last one ends: on the finishing thread (eager) or posted
+ * to a context (lazy).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+struct _WeftJoin {
+  gint ref_count;          /* (atomic) */
+  gint pending;            /* (atomic) tasks not yet done */
+  WeftContext *context;    /* (owned) (nullable): lazy target */
+  WeftJobFunc func;
+  gpointer user_data;
+  GDestroyNotify notify;
+  atomic_int fired;
+};
+
+G_DEFINE_BOXED_TYPE (WeftJoin, weft_join, weft_join_ref, weft_join_unref)
+
+/**
+ * weft_join_new:
+ * @n_tasks: how many tasks the join waits for; more can be added with
+ *   weft_join_add() while some are pending
+ * @context: (nullable): where to post the continuation (lazy), or %NULL to
+ *   run it on the thread that ends the last task (eager)
+ * @continuation: (scope notified) (closure user_data) (destroy notify):
+ *   what to run after the last task
+ * @user_data: data for @continuation
+ * @notify: (nullable): called with @user_data after @continuation ran, or
+ *   when the join is freed without completing
+ *
+ * Creates a join point. The continuation runs exactly once, when the count
+ * of pending tasks drops to zero through weft_join_done().
+ *
+ * Returns: (transfer full): a new join point
+ */
+WeftJoin *
+weft_join_new (guint n_tasks, WeftContext *context, WeftJobFunc continuation,
+               gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (continuation != NULL, NULL);
+  g_return_val_if_fail (n_tasks <= G_MAXINT, NULL);
+
+  WeftJoin *self = g_new0 (WeftJoin, 1);
+  self->ref_count = 1;
+  self->pending = (gint) n_tasks;
+  self->context = context ? weft_context_ref (context) : NULL;
+  self->func = continuation;
+  self->user_data = user_data;
+  self->notify = notify;
+  return self;
+}
+
+/**
+ * weft_join_ref:
+ * @self: a join point
+ *
+ * Returns: (transfer full): @self
+ */
+WeftJoin *
+weft_join_ref (WeftJoin *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_atomic_int_inc (&self->ref_count);
+  return self;
+}
+
+/**
+ * weft_join_unref:
+ * @self: (nullable) (transfer full): a join point
+ *
+ * Drops a reference. Freeing a join whose continuation never ran calls its
+ * notify without running it.
+ */
+void
+weft_join_unref (WeftJoin *self)
+{
+  if (self == NULL || !g_atomic_int_dec_and_test (&self->ref_count))
+    return;
+  if (!atomic_load (&self->fired) && self->notify != NULL)
+    self->notify (self->user_data);
+  if (self->context != NULL)
+    weft_context_unref (self->context);
+  g_free (self);
+}
+
+/**
+ * weft_join_add:
+ * @self: a join point with tasks still pending
+ * @n_tasks: tasks to add
+ *
+ * Adds tasks. Only valid while at least one task is pending (a task may
+ * add the tasks it forks before it ends itself).
+ */
+void
+weft_join_add (WeftJoin *self, guint n_tasks)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (!atomic_load (&self->fired));
+  g_return_if_fail (n_tasks <= G_MAXINT);
+  g_atomic_int_add (&self->pending, (gint) n_tasks);
+}
+
+/**
+ * weft_join_done:
+ * @self: a join point
+ *
+ * Ends one task. The call that ends the last one runs the continuation
+ * (eager) or posts it to the join's context (lazy). Safe from any thread.
+ */
+void
+weft_join_done (WeftJoin *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (g_atomic_int_get (&self->pending) > 0);
+  if (!g_atomic_int_dec_and_test (&self->pending))
+    return;
+
+  atomic_store (&self->fired, 1);
+  if (self->context != NULL)
+    weft_context_post (self->context, self->func, self->user_data, self->notify);
+  else
+    {
+      self->func (self->user_data);
+      if (self->notify != NULL)
+        self->notify (self->user_data);
+    }
+}
+
+/**
+ * weft_join_is_complete:
+ * @self: a join point
+ *
+ * Returns: %TRUE once the last task ended (the continuation ran or is
+ *   posted)
+ */
+gboolean
+weft_join_is_complete (WeftJoin *self)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  return atomic_load (&self->fired) != 0;
+}
+
+typedef struct {
+  WeftJoin *join;          /* (owned) */
+  WeftJobFunc func;
+  gpointer user_data;
+  GDestroyNotify notify;
+} Task;
+
+static void
+task_run (gpointer data)
+{
+  Task *t = data;
+  t->func (t->user_data);
+}
+
+static void
+task_free (gpointer data)
+{
+  Task *t = data;
+  if (t->notify != NULL)
+    t->notify (t->user_data);
+  weft_join_done (t->join);
+  weft_join_unref (t->join);
+  g_free (t);
+}
+
+static Task *
+task_new (WeftJoin *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify)
+{
+  Task *t = g_new (Task, 1);
+  weft_join_add (self, 1);
+  t->join = weft_join_ref (self);
+  t->func = func;
+  t->user_data = user_data;
+  t->notify = notify;
+  return t;
+}
+
+/**
+ * weft_join_post:
+ * @self: a join point with tasks pending
+ * @engine: where to run the task, in parallel
+ * @func: (scope notified) (closure user_data) (destroy notify): the task
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func
+ *
+ * Adds a task, posts it with weft_engine_post(), and ends it (as
+ * weft_join_done()) after @func and @notify have run. If the engine
+ * refuses the post, the task ends at once without running.
+ *
+ * Returns: %TRUE if the task was posted
+ */
+gboolean
+weft_join_post (WeftJoin *self, WeftEngine *engine, WeftJobFunc func, gpointer user_data,
+                GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (engine != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  return weft_engine_post (engine, task_run, task_new (self, func, user_data, notify), task_free);
+}
+
+/**
+ * weft_join_post_to_context:
+ * @self: a join point with tasks pending
+ * @context: where to run the task, serialised with its other callbacks
+ * @func: (scope notified) (closure user_data) (destroy notify): the task
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func
+ *
+ * Like weft_join_post(), on a context.
+ *
+ * Returns: %TRUE if the task was posted
+ */
+gboolean
+weft_join_post_to_context (WeftJoin *self, WeftContext *context, WeftJobFunc func,
+                           gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (context != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  return weft_context_post (context, task_run, task_new (self, func, user_data, notify),
+                            task_free);
+}

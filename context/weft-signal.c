@@ -1,0 +1,145 @@
+/* weft-signal.c: signal subscriptions of a context.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <signal.h>
+
+#include "weft-context-private.h"
+
+void
+weft__signal_source_ref (WeftSignalSource *src)
+{
+  g_atomic_int_inc (&src->refs);
+}
+
+void
+weft__signal_source_unref (WeftSignalSource *src)
+{
+  if (!g_atomic_int_dec_and_test (&src->refs))
+    return;
+  WeftContext *ctx = src->base.ctx;
+  weft__source_call_notify (&src->base);
+  g_free (src);
+  weft__context_internal_unref (ctx);
+}
+
+/* HOLDS: engine->signal_lock, so an unsubscribe cannot race it. */
+void
+weft__signal_source_raise (WeftSignalSource *src, WeftContext **local)
+{
+  if (atomic_exchange (&src->queued, 1))
+    return; /* coalesced with the delivery already queued */
+  weft__signal_source_ref (src);
+  weft__context_push (src->base.ctx, &src->node, FALSE, local);
+}
+
+gboolean
+weft__signal_source_detach_unlocked (WeftSignalSource *src)
+{
+  weft__signals_unsubscribe (src->base.ctx->engine, src);
+  return TRUE;
+}
+
+void
+weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
+{
+  WeftContext *ctx = src->base.ctx;
+
+  atomic_store (&src->queued, 0);
+  g_mutex_lock (&ctx->lock);
+  if (drop || src->base.removed)
+    {
+      g_mutex_unlock (&ctx->lock);
+      weft__signal_source_unref (src);
+      return;
+    }
+  src->base.running = TRUE;
+  g_mutex_unlock (&ctx->lock);
+
+  weft__worker_count_job ();
+  gboolean keep = ((WeftSignalFunc) src->base.func) (src->signum, src->base.user_data);
+
+  gboolean finalize = FALSE;
+  g_mutex_lock (&ctx->lock);
+  src->base.running = FALSE;
+  if (!src->base.removed && !keep)
+    weft__context_drop_idmap_unlocked (ctx, &src->base);
+  if (src->base.removed)
+    finalize = weft__signal_source_detach_unlocked (src);
+  g_mutex_unlock (&ctx->lock);
+  if (finalize)
+    weft__signal_source_unref (src);
+  weft__signal_source_unref (src);
+}
+
+/**
+ * weft_context_add_signal:
+ * @self: a context
+ * @signum: the signal, for example `SIGTERM` or `SIGHUP`
+ * @func: (scope notified) (closure user_data) (destroy notify): called on
+ *   @self after @signum arrived (several arrivals between two calls are
+ *   reported once)
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data once the source is gone
+ * @error: return location for a #GError
+ *
+ * Delivers a signal as a callback, through the engine's signalfd. The
+ * signal is blocked in the calling thread (the engine's workers block
+ * every asynchronous signal); block it in your other threads too, or
+ * subscribe before creating them, or the kernel may deliver it to one of
+ * them instead. Several contexts may subscribe to the same signal: each
+ * gets a callback. The signal stays blocked after the source is removed.
+ *
+ * Returns: the source id (> 0), or 0 with @error set:
+ *   %WEFT_ERROR_INVALID for a signal that cannot be caught or is
+ *   synchronous (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, ...), %WEFT_ERROR_CLOSED
+ *   if @self is destroyed. On failure @notify has been called.
+ */
+guint
+weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
+                         gpointer user_data, GDestroyNotify notify, GError **error)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail (func != NULL, 0);
+  g_return_val_if_fail (error == NULL || *error == NULL, 0);
+
+  if (signum <= 0 || signum >= 65 || signum == SIGKILL || signum == SIGSTOP ||
+      signum == SIGSEGV || signum == SIGBUS || signum == SIGFPE || signum == SIGILL ||
+      signum == SIGTRAP || signum == SIGABRT)
+    {
+      g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "signal %d cannot be watched", signum);
+      if (notify != NULL)
+        notify (user_data);
+      return 0;
+    }
+
+  WeftSignalSource *src = g_new0 (WeftSignalSource, 1);
+  src->base.kind = WEFT_SOURCE_SIGNAL;
+  src->base.func = (gpointer) func;
+  src->base.user_data = user_data;
+  src->base.notify = notify;
+  src->node.kind = WEFT_NODE_SIGNAL;
+  src->refs = 1;
+  src->signum = signum;
+
+  g_mutex_lock (&self->lock);
+  guint id = weft__context_add_source_unlocked (self, &src->base);
+  if (id == 0)
+    {
+      g_mutex_unlock (&self->lock);
+      g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
+      if (notify != NULL)
+        notify (user_data);
+      g_free (src);
+      return 0;
+    }
+  if (!weft__signals_subscribe (self->engine, src, error))
+    {
+      weft__context_drop_idmap_unlocked (self, &src->base);
+      g_mutex_unlock (&self->lock);
+      weft__signal_source_unref (src);
+      return 0;
+    }
+  g_mutex_unlock (&self->lock);
+  return id;
+}

@@ -1,0 +1,111 @@
+/* weft-source.c: what every kind of source shares: ids, removal, the
+ * destroy notify.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+guint
+weft__context_add_source_unlocked (WeftContext *self, WeftSource *source)
+{
+  if (atomic_load (&self->state) & WEFT_CTX_CLOSED)
+    return 0;
+  /* Ids count up and skip 0 and any id still in use after a wrap. */
+  do
+    if (++self->last_id == 0)
+      self->last_id = 1;
+  while (weft__idmap_lookup (&self->ids, self->last_id) != NULL);
+  source->id = self->last_id;
+  source->ctx = self;
+  weft__idmap_insert (&self->ids, source->id, source);
+  weft__context_internal_ref (self); /* dropped when the source is freed */
+  return source->id;
+}
+
+void
+weft__context_drop_idmap_unlocked (WeftContext *self, WeftSource *source)
+{
+  weft__idmap_remove (&self->ids, source->id);
+  source->removed = TRUE;
+}
+
+void
+weft__source_call_notify (WeftSource *source)
+{
+  if (source->notify != NULL)
+    source->notify (source->user_data);
+}
+
+gboolean
+weft__source_detach_unlocked (WeftSource *source)
+{
+  switch (source->kind)
+    {
+    case WEFT_SOURCE_FD:
+      return weft__fd_source_detach_unlocked ((WeftFdSource *) source);
+    case WEFT_SOURCE_TIMEOUT:
+      return weft__timeout_detach_unlocked ((WeftTimeoutSource *) source);
+    case WEFT_SOURCE_IDLE:
+      return weft__idle_detach_unlocked ((WeftIdleSource *) source);
+    case WEFT_SOURCE_SIGNAL:
+      return weft__signal_source_detach_unlocked ((WeftSignalSource *) source);
+    }
+  g_assert_not_reached ();
+}
+
+void
+weft__source_finalize (WeftSource *source)
+{
+  WeftContext *ctx = source->ctx;
+
+  switch (source->kind)
+    {
+    case WEFT_SOURCE_FD:
+      weft__fd_source_unref ((WeftFdSource *) source);
+      return;
+    case WEFT_SOURCE_SIGNAL:
+      weft__signal_source_unref ((WeftSignalSource *) source);
+      return;
+    case WEFT_SOURCE_TIMEOUT:
+    case WEFT_SOURCE_IDLE:
+      weft__source_call_notify (source);
+      g_free (source);
+      weft__context_internal_unref (ctx);
+      return;
+    }
+}
+
+/**
+ * weft_context_remove:
+ * @self: a context
+ * @id: a source id from one of the weft_context_add_*() functions
+ *
+ * Removes a source. Safe from any thread, and from any callback of @self,
+ * including the callback of the source being removed. Once this returns,
+ * the source's callback will not start again; if it is running on another
+ * worker right now, it finishes first. Its destroy notify runs exactly
+ * once: here, or on the worker when the running callback returns.
+ *
+ * Returns: %TRUE if @id named a source of @self, %FALSE if it was already
+ *   removed (or never existed)
+ */
+gboolean
+weft_context_remove (WeftContext *self, guint id)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (id > 0, FALSE);
+
+  gboolean finalize = FALSE;
+  g_mutex_lock (&self->lock);
+  WeftSource *src = weft__idmap_remove (&self->ids, id);
+  if (src != NULL)
+    {
+      src->removed = TRUE;
+      if (!src->running)
+        finalize = weft__source_detach_unlocked (src);
+    }
+  g_mutex_unlock (&self->lock);
+  if (finalize)
+    weft__source_finalize (src);
+  return src != NULL;
+}

@@ -1,0 +1,150 @@
+/* weft-timeout.c: timeouts. A context's timeouts live in its own heap; the
+ * engine only tracks each context's earliest deadline (weft-timers.c).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+void
+weft__timeout_set_index (gpointer item, guint index)
+{
+  ((WeftTimeoutSource *) item)->heap_index = index;
+}
+
+gboolean
+weft__timeout_detach_unlocked (WeftTimeoutSource *t)
+{
+  if (t->heap_index != WEFT_HEAP_NONE)
+    weft__heap_remove (&t->base.ctx->timers, t->heap_index);
+  /* If it was the earliest, the engine entry fires early, finds nothing
+   * due and re-registers the true earliest: cheaper than a lock here. */
+  return TRUE;
+}
+
+/* Runs every due timeout of @ctx in deadline order (ties: insertion
+ * order). Called on the context, for its TIMERS node. */
+void
+weft__timeouts_dispatch (WeftContext *ctx)
+{
+  gint64 now = weft__now_ns ();
+
+  g_mutex_lock (&ctx->lock);
+  for (;;)
+    {
+      WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+      if (top == NULL || top->deadline > now)
+        break;
+      WeftTimeoutSource *t = top->item;
+      weft__heap_remove (&ctx->timers, 0);
+      t->base.running = TRUE;
+      g_mutex_unlock (&ctx->lock);
+
+      weft__worker_count_timer ();
+      gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
+
+      g_mutex_lock (&ctx->lock);
+      t->base.running = FALSE;
+      if (!t->base.removed && !keep)
+        weft__context_drop_idmap_unlocked (ctx, &t->base);
+      if (t->base.removed)
+        {
+          g_mutex_unlock (&ctx->lock);
+          weft__source_finalize (&t->base);
+          g_mutex_lock (&ctx->lock);
+          continue;
+        }
+      /* Repeat one interval after the previous deadline, so the period does
+       * not drift; after a stall, one interval after now. The result is
+       * always after @now, so this loop ends. */
+      t->deadline += t->interval;
+      if (t->deadline <= now)
+        t->deadline = now + MAX (t->interval, 1);
+      weft__heap_insert (&ctx->timers, t->deadline, t);
+    }
+  WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+  if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
+    weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
+  g_mutex_unlock (&ctx->lock);
+}
+
+static guint
+add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer user_data,
+                GDestroyNotify notify)
+{
+  WeftTimeoutSource *t = g_new (WeftTimeoutSource, 1);
+  t->base.kind = WEFT_SOURCE_TIMEOUT;
+  t->base.running = FALSE;
+  t->base.removed = FALSE;
+  t->base.func = (gpointer) func;
+  t->base.user_data = user_data;
+  t->base.notify = notify;
+  t->interval = interval;
+  t->heap_index = WEFT_HEAP_NONE;
+  t->deadline = weft__now_ns () + interval;
+
+  g_mutex_lock (&self->lock);
+  guint id = weft__context_add_source_unlocked (self, &t->base);
+  if (G_UNLIKELY (id == 0))
+    {
+      g_mutex_unlock (&self->lock);
+      if (notify != NULL)
+        notify (user_data);
+      g_free (t);
+      return 0;
+    }
+  weft__heap_insert (&self->timers, t->deadline, t);
+  if (t->heap_index == 0) /* new earliest of this context */
+    weft__timers_schedule_context (self->engine, self, t->deadline);
+  g_mutex_unlock (&self->lock);
+  return id;
+}
+
+/**
+ * weft_context_add_timeout:
+ * @self: a context
+ * @interval_ms: milliseconds until the first call, and between calls
+ * @func: (scope notified) (closure user_data) (destroy notify): called on
+ *   @self; return %G_SOURCE_CONTINUE to be called again
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data once the source is gone
+ *
+ * Adds a timeout. A repeating timeout keeps its period: the next deadline
+ * is one interval after the previous one, not after the callback ran.
+ * Due timeouts of one context fire in deadline order. Safe from any
+ * thread.
+ *
+ * Returns: the source id (> 0), or 0 if @self is destroyed (then @notify
+ *   has been called)
+ */
+guint
+weft_context_add_timeout (WeftContext *self, guint interval_ms, GSourceFunc func,
+                          gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail (func != NULL, 0);
+  return add_timeout_ns (self, (gint64) interval_ms * 1000000, func, user_data, notify);
+}
+
+/**
+ * weft_context_add_timeout_us:
+ * @self: a context
+ * @interval_us: microseconds until the first call, and between calls
+ * @func: (scope notified) (closure user_data) (destroy notify): called on
+ *   @self; return %G_SOURCE_CONTINUE to be called again
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data once the source is gone
+ *
+ * Like weft_context_add_timeout(), with microsecond resolution (the engine
+ * keeps deadlines in nanoseconds and sets a timerfd to the earliest).
+ *
+ * Returns: the source id (> 0), or 0 if @self is destroyed
+ */
+guint
+weft_context_add_timeout_us (WeftContext *self, guint64 interval_us, GSourceFunc func,
+                             gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail (func != NULL, 0);
+  g_return_val_if_fail (interval_us <= G_MAXINT64 / 4000, 0);
+  return add_timeout_ns (self, (gint64) interval_us * 1000, func, user_data, notify);
+}

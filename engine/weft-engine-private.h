@@ -1,0 +1,196 @@
+/* weft-engine-private.h: what context/ may use of the engine.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <stdatomic.h>
+#include <glib.h>
+#include "weft-types.h"
+#include "weft-engine.h"
+#include "weft-mpsc.h"
+
+G_BEGIN_DECLS
+
+/* ---- jobs ------------------------------------------------------------ */
+
+/* A posted job. Nodes come from a per-thread cache (weft-jobcache.c) so a
+ * post costs no malloc; they may be freed on any thread. */
+typedef struct {
+  WeftNode node;
+  WeftJobFunc func;
+  gpointer user_data;
+  GDestroyNotify notify;
+} WeftJob;
+
+enum {
+  WEFT_JOB_COUNTED = 1 << 0, /* counted in its context's n_queued */
+};
+
+WeftJob *weft__job_alloc (void);
+void weft__job_free (WeftJob *job);
+/* Runs the job (or only its notify when @run is FALSE), then frees it. */
+void weft__job_finish (WeftJob *job, gboolean run);
+
+/* ---- the poller (weft-poll-epoll.c) ---------------------------------- */
+
+/* Keys below this are the engine's own fds; fd sources use slot keys. */
+enum {
+  WEFT_KEY_WAKE = 1,
+  WEFT_KEY_STOP,
+  WEFT_KEY_TIMER,
+  WEFT_KEY_SIGNAL,
+  WEFT_KEY_FIRST_SLOT = 16,
+};
+
+typedef struct {
+  guint64 key;
+  guint32 events;   /* EPOLL* bits */
+} WeftPollEvent;
+
+int weft__poll_create (void);
+int weft__poll_add (int pfd, int fd, guint32 events, guint64 key, gboolean oneshot);
+int weft__poll_modify (int pfd, int fd, guint32 events, guint64 key, gboolean oneshot);
+int weft__poll_remove (int pfd, int fd);
+int weft__poll_wait (int pfd, WeftPollEvent *events, int max, int timeout_ms);
+guint32 weft__poll_events_from_condition (GIOCondition cond);
+GIOCondition weft__poll_condition_from_events (guint32 events);
+int weft__eventfd_new (void);
+void weft__eventfd_signal (int fd);
+
+/* ---- the fd table (weft-fdtable.c) ------------------------------------ */
+
+/* Maps the 64-bit epoll key (slot index + generation) to a live fd source,
+ * so a readiness returned by epoll_wait for a source removed meanwhile is
+ * recognised as stale instead of touching freed memory. */
+typedef struct _WeftFdTable WeftFdTable;
+typedef struct _WeftFdSource WeftFdSource;
+
+WeftFdTable *weft__fdtable_new (void);
+void weft__fdtable_free (WeftFdTable *table);
+guint64 weft__fdtable_insert (WeftFdTable *table, WeftFdSource *source);
+void weft__fdtable_clear (WeftFdTable *table, guint64 key);
+/* Returns the source with a new reference taken, or NULL if stale. */
+WeftFdSource *weft__fdtable_lookup_ref (WeftFdTable *table, guint64 key);
+
+/* ---- binary min-heap of (deadline, owner) ----------------------------- */
+
+typedef struct {
+  gint64 deadline;   /* ns, CLOCK_MONOTONIC */
+  guint64 seq;       /* insertion order breaks ties: equal deadlines fire FIFO */
+  gpointer item;
+} WeftHeapEntry;
+
+typedef struct {
+  WeftHeapEntry *v;
+  guint len, cap;
+  guint64 next_seq;
+  /* Where each item stores its index, so cancel is O(log n). */
+  void (*set_index) (gpointer item, guint index);
+} WeftHeap;
+
+#define WEFT_HEAP_NONE G_MAXUINT
+
+void weft__heap_init (WeftHeap *heap, void (*set_index) (gpointer item, guint index));
+void weft__heap_clear (WeftHeap *heap);
+void weft__heap_insert (WeftHeap *heap, gint64 deadline, gpointer item);
+void weft__heap_remove (WeftHeap *heap, guint index);
+static inline WeftHeapEntry *
+weft__heap_peek (WeftHeap *heap)
+{
+  return heap->len ? &heap->v[0] : NULL;
+}
+
+gint64 weft__now_ns (void);
+
+/* ---- the engine ------------------------------------------------------- */
+
+typedef struct _WeftWorker WeftWorker;
+
+/* Per-worker counters: written by their worker only (relaxed stores), summed
+ * by weft_engine_get_stats(), so the hot path has no shared atomic add. */
+typedef struct {
+  _Atomic guint64 jobs_run;
+  _Atomic guint64 polls;
+  _Atomic guint64 fd_events;
+  _Atomic guint64 timers_fired;
+} WeftCounters;
+
+struct _WeftWorker {
+  WeftEngine *engine;
+  GThread *thread;
+  guint index;
+  guint run_streak;         /* runnables taken since the last poll */
+  WeftCounters counters;
+  char pad_[64];
+};
+
+struct _WeftEngine {
+  gint ref_count;           /* (atomic) public references */
+  gint internal_refs;       /* (atomic) 1 while ref_count > 0, +1 per context */
+
+  WeftMpsc urgent;          /* run queue: post_front jobs, urgent contexts */
+  WeftMpsc runq;            /* run queue: jobs and contexts */
+  atomic_int pop_lock;      /* the single consumer of both queues */
+
+  atomic_int n_sleeping;    /* workers blocked in the poller */
+  atomic_int wake_pending;  /* a wake write is in flight, not yet consumed */
+  atomic_int stopping;      /* workers must leave their loop */
+  atomic_int refusing;      /* soft stop: refuse posts from foreign threads */
+  atomic_int dead;          /* last public ref gone: drop what gets scheduled */
+  atomic_int busy;          /* runnables taken and not finished */
+  _Atomic guint64 wakeups;
+  _Atomic guint64 n_contexts;
+
+  int pfd;                  /* epoll */
+  int wake_fd;              /* eventfd, edge-triggered: one write wakes one worker */
+  int stop_fd;              /* eventfd, level-triggered: wakes every worker */
+
+  GMutex lock;              /* start/stop, drain waits */
+  GCond cond;
+  gboolean running;         /* HOLDS: lock */
+  guint n_workers;
+  WeftWorker *workers;      /* HOLDS: lock (array replaced on start) */
+
+  WeftFdTable *fdtable;
+
+  /* Timers: one heap entry per context, keyed by its earliest deadline. */
+  GMutex timer_lock;
+  WeftHeap ctx_heap;        /* HOLDS: timer_lock */
+  int timer_fd;
+  gint64 timer_armed;       /* HOLDS: timer_lock; deadline the timerfd is set to */
+
+  /* Signals (weft-signals.c). */
+  GMutex signal_lock;
+  int signal_fd;            /* HOLDS: signal_lock; -1 until the first subscriber */
+  GPtrArray *signal_subs[65]; /* HOLDS: signal_lock; WeftSignalSource* per signum */
+};
+
+WeftEngine *weft__engine_internal_ref (WeftEngine *self);
+void weft__engine_internal_unref (WeftEngine *self);
+
+/* Puts a runnable (a job or a context's run_node) on the run queue and
+ * wakes a sleeping worker if there is one. */
+void weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent);
+void weft__engine_wake (WeftEngine *self);
+gboolean weft__engine_refuses (WeftEngine *self);
+
+/* The worker this thread is, or NULL. */
+WeftWorker *weft__worker_current (void);
+gpointer weft__worker_main (gpointer data);
+/* Count a callback in this worker's stats (no-op off the workers). */
+void weft__worker_count_job (void);
+void weft__worker_count_timer (void);
+
+void weft__timers_init (WeftEngine *self);
+void weft__timers_fini (WeftEngine *self);
+void weft__timers_expire (WeftEngine *self, WeftContext **local);
+/* Inserts or moves @ctx in the engine heap; HOLDS: the context's lock. */
+void weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline);
+void weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx);
+
+void weft__signals_init (WeftEngine *self);
+void weft__signals_fini (WeftEngine *self);
+void weft__signals_read (WeftEngine *self, WeftContext **local);
+
+G_END_DECLS

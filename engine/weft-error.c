@@ -1,0 +1,7 @@
+/* weft-error.c: the WEFT_ERROR domain.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-types.h"
+
+G_DEFINE_QUARK (weft-error-quark, weft_error)

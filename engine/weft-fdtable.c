@@ -1,0 +1,149 @@
+/* weft-fdtable.c: epoll keys for fd sources.
+ *
+ * epoll hands back whatever 64 bits were registered, possibly after the
+ * source was removed on another thread. So the key is not a pointer but
+ * (generation << 32 | slot): a slot is cleared on removal and its generation
+ * bumped, and a late event with an old generation is dropped. Lookups take a
+ * per-slot spin lock for the few instructions that take a reference, so two
+ * workers never contend unless they touch the same source.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-engine-private.h"
+
+#define CHUNK_BITS 10
+#define CHUNK (1u << CHUNK_BITS)
+#define MAX_CHUNKS 4096     /* 4M fd sources per engine */
+
+void weft__fd_source_ref (WeftFdSource *source);
+
+typedef struct {
+  atomic_int lock;
+  guint32 gen;              /* HOLDS: lock */
+  WeftFdSource *source;     /* HOLDS: lock; NULL when free */
+} Slot;
+
+struct _WeftFdTable {
+  GMutex lock;              /* allocation of slots and chunks */
+  Slot *_Atomic chunks[MAX_CHUNKS];
+  guint n_chunks;           /* HOLDS: lock */
+  GArray *free_slots;       /* HOLDS: lock; guint32 */
+};
+
+static inline void
+slot_lock (Slot *s)
+{
+  while (atomic_exchange_explicit (&s->lock, 1, memory_order_acquire))
+    while (atomic_load_explicit (&s->lock, memory_order_relaxed))
+      ;
+}
+
+static inline void
+slot_unlock (Slot *s)
+{
+  atomic_store_explicit (&s->lock, 0, memory_order_release);
+}
+
+static inline Slot *
+slot_at (WeftFdTable *t, guint32 index)
+{
+  Slot *chunk = atomic_load_explicit (&t->chunks[index >> CHUNK_BITS], memory_order_acquire);
+  return chunk ? &chunk[index & (CHUNK - 1)] : NULL;
+}
+
+WeftFdTable *
+weft__fdtable_new (void)
+{
+  WeftFdTable *t = g_new0 (WeftFdTable, 1);
+  g_mutex_init (&t->lock);
+  t->free_slots = g_array_new (FALSE, FALSE, sizeof (guint32));
+  return t;
+}
+
+void
+weft__fdtable_free (WeftFdTable *t)
+{
+  for (guint i = 0; i < t->n_chunks; i++)
+    g_free (atomic_load (&t->chunks[i]));
+  g_array_unref (t->free_slots);
+  g_mutex_clear (&t->lock);
+  g_free (t);
+}
+
+guint64
+weft__fdtable_insert (WeftFdTable *t, WeftFdSource *source)
+{
+  guint32 index;
+
+  g_mutex_lock (&t->lock);
+  if (t->free_slots->len > 0)
+    {
+      index = g_array_index (t->free_slots, guint32, t->free_slots->len - 1);
+      g_array_set_size (t->free_slots, t->free_slots->len - 1);
+    }
+  else
+    {
+      if (t->n_chunks == MAX_CHUNKS)
+        {
+          g_mutex_unlock (&t->lock);
+          return 0;
+        }
+      Slot *chunk = g_new0 (Slot, CHUNK);
+      atomic_store_explicit (&t->chunks[t->n_chunks], chunk, memory_order_release);
+      index = t->n_chunks++ << CHUNK_BITS;
+      /* Hand out low indices first; push the rest in reverse. */
+      for (guint32 i = CHUNK - 1; i > 0; i--)
+        {
+          guint32 k = index + i;
+          g_array_append_val (t->free_slots, k);
+        }
+    }
+  g_mutex_unlock (&t->lock);
+
+  Slot *s = slot_at (t, index);
+  slot_lock (s);
+  if (++s->gen == 0)
+    s->gen = 1;
+  s->source = source;
+  guint64 key = ((guint64) s->gen << 32) | index;
+  slot_unlock (s);
+  return key;
+}
+
+void
+weft__fdtable_clear (WeftFdTable *t, guint64 key)
+{
+  guint32 index = (guint32) key;
+  Slot *s = slot_at (t, index);
+
+  slot_lock (s);
+  g_assert (s->gen == (guint32) (key >> 32));
+  s->source = NULL;
+  s->gen++;
+  slot_unlock (s);
+
+  g_mutex_lock (&t->lock);
+  g_array_append_val (t->free_slots, index);
+  g_mutex_unlock (&t->lock);
+}
+
+WeftFdSource *
+weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
+{
+  guint32 index = (guint32) key;
+  if ((index >> CHUNK_BITS) >= MAX_CHUNKS)
+    return NULL;
+  Slot *s = slot_at (t, index);
+  if (s == NULL)
+    return NULL;
+
+  WeftFdSource *src = NULL;
+  slot_lock (s);
+  if (s->gen == (guint32) (key >> 32) && s->source != NULL)
+    {
+      src = s->source;
+      weft__fd_source_ref (src);
+    }
+  slot_unlock (s);
+  return src;
+}

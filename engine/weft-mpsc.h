@@ -1,0 +1,102 @@
+/* weft-mpsc.h: intrusive lock-free multi-producer single-consumer queue.
+ *
+ * The exchange-on-head design with a stub node: a push is one atomic
+ * exchange plus one release store, with no loop, so producers never wait on
+ * each other. The consumer is single by contract (for a context, whoever
+ * holds its SCHEDULED bit; for the engine run queue, whoever holds the pop
+ * lock).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <stdatomic.h>
+#include <glib.h>
+
+typedef struct _WeftNode WeftNode;
+
+/* What an inbox or run-queue node is; the owner switches on it. */
+typedef enum {
+  WEFT_NODE_STUB,
+  WEFT_NODE_JOB,      /* a WeftJob from the job cache */
+  WEFT_NODE_CONTEXT,  /* WeftContext.run_node, on the engine run queue */
+  WEFT_NODE_FD,       /* WeftFdSource.node: readiness to deliver */
+  WEFT_NODE_TIMERS,   /* WeftContext.timers_node: some timeouts are due */
+  WEFT_NODE_SIGNAL,   /* WeftSignalSource.node: a signal arrived */
+  WEFT_NODE_IDLE,     /* WeftContext.idle_node: an idle was added */
+} WeftNodeKind;
+
+struct _WeftNode {
+  WeftNode *_Atomic next;
+  guint32 kind;
+  guint32 flags;      /* WEFT_JOB_*: used by job nodes */
+};
+
+typedef struct {
+  WeftNode *_Atomic head;   /* producers exchange here */
+  char pad_[64 - sizeof (void *)];
+  WeftNode *tail;           /* consumer only */
+  WeftNode stub;
+} WeftMpsc;
+
+static inline void
+weft__mpsc_init (WeftMpsc *q)
+{
+  atomic_store_explicit (&q->stub.next, NULL, memory_order_relaxed);
+  q->stub.kind = WEFT_NODE_STUB;
+  atomic_store_explicit (&q->head, &q->stub, memory_order_relaxed);
+  q->tail = &q->stub;
+}
+
+/* Returns TRUE when the queue looked empty before this push. The exchange is
+ * sequentially consistent: a producer's following load of a state word is
+ * ordered after its push (the Dekker pairing with the consumer's release). */
+static inline void
+weft__mpsc_push (WeftMpsc *q, WeftNode *n)
+{
+  atomic_store_explicit (&n->next, NULL, memory_order_relaxed);
+  WeftNode *prev = atomic_exchange_explicit (&q->head, n, memory_order_seq_cst);
+  atomic_store_explicit (&prev->next, n, memory_order_release);
+}
+
+/* TRUE if a push has started that the consumer has not popped yet. Reads
+ * only the head, so any thread may ask: a drained queue always ends with the
+ * consumer re-pushing the stub, so "head is the stub" means truly empty. */
+static inline gboolean
+weft__mpsc_nonempty (WeftMpsc *q)
+{
+  return atomic_load_explicit (&q->head, memory_order_seq_cst) != &q->stub;
+}
+
+/* Pops the oldest node. NULL when empty, or while a producer is between its
+ * exchange and its link store; weft__mpsc_nonempty() tells the two apart. */
+static inline WeftNode *
+weft__mpsc_pop (WeftMpsc *q)
+{
+  WeftNode *tail = q->tail;
+  WeftNode *next = atomic_load_explicit (&tail->next, memory_order_acquire);
+
+  if (tail == &q->stub)
+    {
+      if (next == NULL)
+        return NULL;
+      q->tail = next;
+      tail = next;
+      next = atomic_load_explicit (&next->next, memory_order_acquire);
+    }
+  if (next != NULL)
+    {
+      q->tail = next;
+      return tail;
+    }
+  if (tail != atomic_load_explicit (&q->head, memory_order_acquire))
+    return NULL;
+  weft__mpsc_push (q, &q->stub);
+  next = atomic_load_explicit (&tail->next, memory_order_acquire);
+  if (next != NULL)
+    {
+      q->tail = next;
+      return tail;
+    }
+  return NULL;
+}

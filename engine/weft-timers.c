@@ -1,0 +1,239 @@
+/* weft-timers.c: the binary heap, and the engine's heap of contexts.
+ *
+ * Each context keeps its own timeouts in a heap (weft-timeout.c). The engine
+ * keeps one entry per context with pending timeouts, keyed by that context's
+ * earliest deadline, and sets a timerfd to the earliest of all. So the
+ * engine-wide lock is taken only when a context's earliest deadline moves
+ * earlier, not per timeout; and the due timeouts of one context fire inside
+ * that context, in deadline order.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <errno.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weft-context-private.h"
+
+gint64
+weft__now_ns (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (gint64) ts.tv_sec * G_GINT64_CONSTANT (1000000000) + ts.tv_nsec;
+}
+
+/* ---- heap --------------------------------------------------------------- */
+
+static inline gboolean
+entry_less (const WeftHeapEntry *a, const WeftHeapEntry *b)
+{
+  return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static inline void
+heap_place (WeftHeap *h, guint i, WeftHeapEntry e)
+{
+  h->v[i] = e;
+  h->set_index (e.item, i);
+}
+
+static void
+sift_up (WeftHeap *h, guint i, WeftHeapEntry e)
+{
+  while (i > 0)
+    {
+      guint parent = (i - 1) / 2;
+      if (!entry_less (&e, &h->v[parent]))
+        break;
+      heap_place (h, i, h->v[parent]);
+      i = parent;
+    }
+  heap_place (h, i, e);
+}
+
+static void
+sift_down (WeftHeap *h, guint i, WeftHeapEntry e)
+{
+  for (;;)
+    {
+      guint child = 2 * i + 1;
+      if (child >= h->len)
+        break;
+      if (child + 1 < h->len && entry_less (&h->v[child + 1], &h->v[child]))
+        child++;
+      if (!entry_less (&h->v[child], &e))
+        break;
+      heap_place (h, i, h->v[child]);
+      i = child;
+    }
+  heap_place (h, i, e);
+}
+
+void
+weft__heap_init (WeftHeap *h, void (*set_index) (gpointer item, guint index))
+{
+  h->v = NULL;
+  h->len = h->cap = 0;
+  h->next_seq = 0;
+  h->set_index = set_index;
+}
+
+void
+weft__heap_clear (WeftHeap *h)
+{
+  g_free (h->v);
+  h->v = NULL;
+  h->len = h->cap = 0;
+}
+
+void
+weft__heap_insert (WeftHeap *h, gint64 deadline, gpointer item)
+{
+  if (h->len == h->cap)
+    {
+      h->cap = h->cap ? h->cap * 2 : 16;
+      h->v = g_renew (WeftHeapEntry, h->v, h->cap);
+    }
+  WeftHeapEntry e = { deadline, h->next_seq++, item };
+  sift_up (h, h->len++, e);
+}
+
+void
+weft__heap_remove (WeftHeap *h, guint i)
+{
+  g_assert (i < h->len);
+  h->set_index (h->v[i].item, WEFT_HEAP_NONE);
+  WeftHeapEntry last = h->v[--h->len];
+  if (i == h->len)
+    return;
+  if (i > 0 && entry_less (&last, &h->v[(i - 1) / 2]))
+    sift_up (h, i, last);
+  else
+    sift_down (h, i, last);
+}
+
+/* ---- the engine's heap of contexts ---------------------------------------- */
+
+static void
+ctx_set_index (gpointer item, guint index)
+{
+  ((WeftContext *) item)->timer_index = index;
+}
+
+void
+weft__timers_init (WeftEngine *self)
+{
+  g_mutex_init (&self->timer_lock);
+  weft__heap_init (&self->ctx_heap, ctx_set_index);
+  self->timer_fd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  self->timer_armed = G_MAXINT64;
+}
+
+void
+weft__timers_fini (WeftEngine *self)
+{
+  g_assert (self->ctx_heap.len == 0);
+  weft__heap_clear (&self->ctx_heap);
+  if (self->timer_fd >= 0)
+    close (self->timer_fd);
+  g_mutex_clear (&self->timer_lock);
+}
+
+/* HOLDS: timer_lock */
+static void
+rearm_unlocked (WeftEngine *self)
+{
+  WeftHeapEntry *top = weft__heap_peek (&self->ctx_heap);
+  gint64 want = top ? top->deadline : G_MAXINT64;
+  if (want == self->timer_armed)
+    return;
+  struct itimerspec its = { 0 };
+  if (want != G_MAXINT64)
+    {
+      gint64 d = MAX (want, 1);
+      its.it_value.tv_sec = d / 1000000000;
+      its.it_value.tv_nsec = d % 1000000000;
+    }
+  /* A disarm (all zero) is only worth a syscall when nothing else is due;
+   * an early wake-up is harmless: the due check finds nothing. */
+  if (timerfd_settime (self->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) < 0)
+    g_critical ("timerfd_settime: %s", g_strerror (errno));
+  self->timer_armed = want;
+}
+
+void
+weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline)
+{
+  g_mutex_lock (&self->timer_lock);
+  if (ctx->timer_index != WEFT_HEAP_NONE)
+    {
+      WeftHeapEntry *e = &self->ctx_heap.v[ctx->timer_index];
+      if (e->deadline <= deadline)
+        {
+          /* Already due earlier: it will look again when that fires. */
+          g_mutex_unlock (&self->timer_lock);
+          return;
+        }
+      weft__heap_remove (&self->ctx_heap, ctx->timer_index);
+    }
+  else
+    weft__context_internal_ref (ctx); /* held by the heap entry */
+  weft__heap_insert (&self->ctx_heap, deadline, ctx);
+  if (deadline < self->timer_armed)
+    rearm_unlocked (self);
+  g_mutex_unlock (&self->timer_lock);
+}
+
+void
+weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx)
+{
+  gboolean was = FALSE;
+  g_mutex_lock (&self->timer_lock);
+  if (ctx->timer_index != WEFT_HEAP_NONE)
+    {
+      weft__heap_remove (&self->ctx_heap, ctx->timer_index);
+      was = TRUE;
+    }
+  g_mutex_unlock (&self->timer_lock);
+  if (was)
+    weft__context_internal_unref (ctx);
+}
+
+void
+weft__timers_expire (WeftEngine *self, WeftContext **local)
+{
+  WeftContext *due[64];
+  guint n;
+
+  do
+    {
+      n = 0;
+      gint64 now = weft__now_ns ();
+      g_mutex_lock (&self->timer_lock);
+      WeftHeapEntry *top;
+      while (n < G_N_ELEMENTS (due) && (top = weft__heap_peek (&self->ctx_heap)) != NULL &&
+             top->deadline <= now)
+        {
+          due[n++] = top->item;
+          weft__heap_remove (&self->ctx_heap, 0);
+        }
+      /* The timerfd has fired (or we are about to look again): force a
+       * fresh setting even when the earliest deadline did not change. */
+      self->timer_armed = G_MININT64;
+      rearm_unlocked (self);
+      g_mutex_unlock (&self->timer_lock);
+
+      for (guint i = 0; i < n; i++)
+        {
+          WeftContext *ctx = due[i];
+          /* The heap's reference moves to the queued node, or is dropped. */
+          if (!atomic_exchange (&ctx->timers_queued, 1))
+            weft__context_push (ctx, &ctx->timers_node, FALSE, local);
+          else
+            weft__context_internal_unref (ctx);
+        }
+    }
+  while (n == G_N_ELEMENTS (due));
+}

@@ -1,0 +1,202 @@
+/* weft-worker.c: the loop every worker runs. Take a runnable from the run
+ * queue; when there is none, poll; a readiness found by polling is run by
+ * the worker that found it.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <sched.h>
+
+#include "weft-context-private.h"
+
+/* After this many runnables in a row without a poll, poll once without
+ * blocking, so a queue that never empties cannot starve fds and timers. */
+#define POLL_EVERY 64
+
+static _Thread_local WeftWorker *tls_worker;
+
+WeftWorker *
+weft__worker_current (void)
+{
+  return tls_worker;
+}
+
+static inline void
+cpu_relax (void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause ();
+#elif defined(__aarch64__)
+  __asm__ __volatile__ ("yield");
+#endif
+}
+
+static inline void
+bump (_Atomic guint64 *counter)
+{
+  /* Only this worker writes its counters: a load and a store, no RMW. */
+  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + 1,
+                         memory_order_relaxed);
+}
+
+void
+weft__worker_count_job (void)
+{
+  WeftWorker *w = tls_worker;
+  if (w != NULL)
+    bump (&w->counters.jobs_run);
+}
+
+void
+weft__worker_count_timer (void)
+{
+  WeftWorker *w = tls_worker;
+  if (w != NULL)
+    {
+      bump (&w->counters.jobs_run);
+      bump (&w->counters.timers_fired);
+    }
+}
+
+static inline gboolean
+runq_nonempty (WeftEngine *e)
+{
+  return weft__mpsc_nonempty (&e->urgent) || weft__mpsc_nonempty (&e->runq);
+}
+
+static WeftNode *
+runq_pop (WeftEngine *e)
+{
+  if (!runq_nonempty (e))
+    return NULL;
+
+  guint spins = 0;
+  while (atomic_exchange_explicit (&e->pop_lock, 1, memory_order_acquire))
+    {
+      /* The holder pops one node and leaves; if it was preempted, let it run. */
+      if (++spins > 64)
+        sched_yield ();
+      else
+        cpu_relax ();
+    }
+  WeftNode *n = weft__mpsc_pop (&e->urgent);
+  if (n == NULL)
+    n = weft__mpsc_pop (&e->runq);
+  atomic_store_explicit (&e->pop_lock, 0, memory_order_release);
+  return n;
+}
+
+static void
+run_node (WeftWorker *w, WeftNode *n)
+{
+  if (n->kind == WEFT_NODE_JOB)
+    {
+      bump (&w->counters.jobs_run);
+      weft__job_finish ((WeftJob *) n, TRUE);
+    }
+  else
+    weft__context_run ((WeftContext *) n);
+}
+
+static void
+handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
+{
+  WeftEngine *e = w->engine;
+  WeftContext *local = NULL;
+
+  for (int i = 0; i < n; i++)
+    {
+      guint64 key = ev[i].key;
+      if (key >> 32)
+        {
+          WeftFdSource *src = weft__fdtable_lookup_ref (e->fdtable, key);
+          if (src != NULL)
+            {
+              bump (&w->counters.fd_events);
+              weft__fd_source_ready (src, ev[i].events, &local);
+            }
+          continue;
+        }
+      switch (key)
+        {
+        case WEFT_KEY_WAKE:
+          atomic_store (&e->wake_pending, 0);
+          break;
+        case WEFT_KEY_TIMER:
+          weft__timers_expire (e, &local);
+          break;
+        case WEFT_KEY_SIGNAL:
+          weft__signals_read (e, &local);
+          break;
+        default: /* WEFT_KEY_STOP: the loop checks e->stopping */
+          break;
+        }
+    }
+  /* The first context made runnable here runs on this worker, with no
+   * hand-off; any others went to the run queue and woke a sleeper. */
+  if (local != NULL)
+    weft__context_run (local);
+}
+
+gpointer
+weft__worker_main (gpointer data)
+{
+  WeftWorker *w = data;
+  WeftEngine *e = w->engine;
+  WeftPollEvent ev[64];
+
+  tls_worker = w;
+  while (!atomic_load_explicit (&e->stopping, memory_order_acquire))
+    {
+      if (w->run_streak < POLL_EVERY)
+        {
+          WeftNode *n = runq_pop (e);
+          if (n != NULL)
+            {
+              w->run_streak++;
+              /* More queued and somebody asleep: hand them the rest. */
+              if (runq_nonempty (e))
+                weft__engine_wake (e);
+              run_node (w, n);
+              continue;
+            }
+        }
+
+      int timeout = 0;
+      gboolean sleeping = FALSE;
+      if (w->run_streak >= POLL_EVERY)
+        w->run_streak = 0;
+      else
+        {
+          /* Announce the sleep, then look once more: a poster pushes and
+           * then reads n_sleeping, so one of the two sees the other. */
+          atomic_fetch_add (&e->n_sleeping, 1);
+          if (runq_nonempty (e) || atomic_load (&e->stopping))
+            {
+              atomic_fetch_sub (&e->n_sleeping, 1);
+              cpu_relax ();
+              continue;
+            }
+          if (atomic_load_explicit (&e->refusing, memory_order_relaxed))
+            {
+              g_mutex_lock (&e->lock);
+              g_cond_broadcast (&e->cond);
+              g_mutex_unlock (&e->lock);
+            }
+          timeout = -1;
+          sleeping = TRUE;
+        }
+
+      int r = weft__poll_wait (e->pfd, ev, G_N_ELEMENTS (ev), timeout);
+      bump (&w->counters.polls);
+      if (sleeping)
+        atomic_fetch_sub (&e->n_sleeping, 1);
+      if (r < 0)
+        {
+          g_critical ("epoll_wait: %s", g_strerror (-r));
+          continue;
+        }
+      handle_events (w, ev, r);
+    }
+  tls_worker = NULL;
+  return NULL;
+}

@@ -1,0 +1,12 @@
+/* weft.h: the one header applications include.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#define WEFT_INSIDE
+#include "weft-types.h"
+#include "weft-engine.h"
+#include "weft-context.h"
+#include "weft-join.h"
+#undef WEFT_INSIDE
