@@ -112,7 +112,7 @@ struct _WeftContext {
   guint max_queued;            /* set before dispatch */
   gboolean idles_due;          /* consumer only */
 
-  GMutex lock;
+  WeftMutex lock;
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
   WeftHeap timers;             /* HOLDS: lock; WeftTimeoutSource */

@@ -38,7 +38,7 @@ weft_context_new (WeftEngine *engine)
   atomic_init (&self->state, WEFT_CTX_SCHEDULED);
   weft__mpsc_init (&self->front);
   weft__mpsc_init (&self->back);
-  g_mutex_init (&self->lock);
+  weft__mutex_init (&self->lock);
   weft__idmap_init (&self->ids);
   weft__heap_init (&self->timers, weft__timeout_set_index);
   self->timers_node.kind = WEFT_NODE_TIMERS;
@@ -97,7 +97,7 @@ weft__context_internal_unref (WeftContext *self)
   g_assert (self->ids.len == 0 && self->timers.len == 0 && self->idles == NULL);
   weft__idmap_clear (&self->ids);
   weft__heap_clear (&self->timers);
-  g_mutex_clear (&self->lock);
+  weft__mutex_clear (&self->lock);
   atomic_fetch_sub (&self->engine->n_contexts, 1);
   weft__engine_internal_unref (self->engine);
   g_free (self);
@@ -301,7 +301,7 @@ close_context (WeftContext *self)
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   weft__idmap_steal_all (&self->ids, all);
   for (guint i = 0; i < all->len; i++)
     {
@@ -310,7 +310,7 @@ close_context (WeftContext *self)
       if (!src->running && weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);
     }
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   for (guint i = 0; i < finalize->len; i++)
     weft__source_finalize (finalize->pdata[i]);
   g_ptr_array_unref (finalize);

@@ -61,16 +61,16 @@ weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
   WeftContext *ctx = src->base.ctx;
 
   atomic_store (&src->queued, 0);
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   if (drop || src->base.removed)
     {
-      g_mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (&ctx->lock);
       weft__fd_source_unref (src); /* the node's reference */
       return;
     }
   src->base.running = TRUE;
   guint32 events = atomic_exchange (&src->revents, 0);
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
 
   weft__worker_count_job ();
   gboolean keep = ((WeftFdFunc) src->base.func) (src->fd,
@@ -78,7 +78,7 @@ weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
                                                  src->base.user_data);
 
   gboolean finalize = FALSE;
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   src->base.running = FALSE;
   if (!src->base.removed && !keep)
     weft__context_drop_idmap_unlocked (ctx, &src->base);
@@ -93,7 +93,7 @@ weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
         g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
                    src->fd, g_strerror (-r));
     }
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
   if (finalize)
     weft__fd_source_unref (src);
   weft__fd_source_unref (src);
@@ -152,11 +152,11 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
   src->fd = fd;
   src->events = weft__poll_events_from_condition (events);
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &src->base);
   if (id == 0)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
@@ -172,12 +172,12 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
         weft__fdtable_clear (engine->fdtable, src->key);
       src->key = 0;
       weft__context_drop_idmap_unlocked (self, &src->base);
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       set_poll_error (error, fd, -r);
       weft__fd_source_unref (src);
       return 0;
     }
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   return id;
 }
 
@@ -203,11 +203,11 @@ weft_context_modify_fd (WeftContext *self, guint id, GIOCondition events, GError
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
   int r = 0;
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   WeftSource *base = weft__idmap_lookup (&self->ids, id);
   if (base == NULL || base->kind != WEFT_SOURCE_FD)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "no fd source with id %u", id);
       return FALSE;
     }
@@ -216,7 +216,7 @@ weft_context_modify_fd (WeftContext *self, guint id, GIOCondition events, GError
   src->events = weft__poll_events_from_condition (events);
   if (!base->running)
     r = weft__poll_modify (self->engine->pfd, fd, src->events, src->key, TRUE);
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   if (r < 0)
     {
       set_poll_error (error, fd, -r);

@@ -28,17 +28,17 @@ weft__idles_dispatch (WeftContext *ctx)
 {
   GSList *dead = NULL;
 
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   /* Handlers added during this pass are appended and run in it too. */
   for (WeftIdleSource *idle = ctx->idles; idle != NULL;)
     {
       idle->base.running = TRUE;
-      g_mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (&ctx->lock);
 
       weft__worker_count_job ();
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
-      g_mutex_lock (&ctx->lock);
+      weft__mutex_lock (&ctx->lock);
       idle->base.running = FALSE;
       WeftIdleSource *next = idle->next; /* read under the lock, after the call */
       if (!idle->base.removed && !keep)
@@ -52,7 +52,7 @@ weft__idles_dispatch (WeftContext *ctx)
         }
       idle = next;
     }
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
   for (GSList *l = dead; l != NULL; l = l->next)
     weft__source_finalize (l->data);
   g_slist_free (dead);
@@ -87,11 +87,11 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   idle->base.user_data = user_data;
   idle->base.notify = notify;
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &idle->base);
   if (id == 0)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       if (notify != NULL)
         notify (user_data);
       g_free (idle);
@@ -103,7 +103,7 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   else
     self->idles = idle;
   self->idles_tail = idle;
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
 
   /* Make the context run once so the new handler gets its first turn. */
   if (!atomic_exchange (&self->idle_queued, 1))

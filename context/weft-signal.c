@@ -46,27 +46,27 @@ weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
   WeftContext *ctx = src->base.ctx;
 
   atomic_store (&src->queued, 0);
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   if (drop || src->base.removed)
     {
-      g_mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (&ctx->lock);
       weft__signal_source_unref (src);
       return;
     }
   src->base.running = TRUE;
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
 
   weft__worker_count_job ();
   gboolean keep = ((WeftSignalFunc) src->base.func) (src->signum, src->base.user_data);
 
   gboolean finalize = FALSE;
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   src->base.running = FALSE;
   if (!src->base.removed && !keep)
     weft__context_drop_idmap_unlocked (ctx, &src->base);
   if (src->base.removed)
     finalize = weft__signal_source_detach_unlocked (src);
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
   if (finalize)
     weft__signal_source_unref (src);
   weft__signal_source_unref (src);
@@ -122,11 +122,11 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
   src->refs = 1;
   src->signum = signum;
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &src->base);
   if (id == 0)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
@@ -136,10 +136,10 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
   if (!weft__signals_subscribe (self->engine, src, error))
     {
       weft__context_drop_idmap_unlocked (self, &src->base);
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       weft__signal_source_unref (src);
       return 0;
     }
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   return id;
 }

@@ -96,7 +96,7 @@ weft_context_remove (WeftContext *self, guint id)
   g_return_val_if_fail (id > 0, FALSE);
 
   gboolean finalize = FALSE;
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   WeftSource *src = weft__idmap_remove (&self->ids, id);
   if (src != NULL)
     {
@@ -104,7 +104,7 @@ weft_context_remove (WeftContext *self, guint id)
       if (!src->running)
         finalize = weft__source_detach_unlocked (src);
     }
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   if (finalize)
     weft__source_finalize (src);
   return src != NULL;

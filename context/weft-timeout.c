@@ -28,7 +28,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
 {
   gint64 now = weft__now_ns ();
 
-  g_mutex_lock (&ctx->lock);
+  weft__mutex_lock (&ctx->lock);
   for (;;)
     {
       WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
@@ -37,20 +37,20 @@ weft__timeouts_dispatch (WeftContext *ctx)
       WeftTimeoutSource *t = top->item;
       weft__heap_remove (&ctx->timers, 0);
       t->base.running = TRUE;
-      g_mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (&ctx->lock);
 
       weft__worker_count_timer ();
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
-      g_mutex_lock (&ctx->lock);
+      weft__mutex_lock (&ctx->lock);
       t->base.running = FALSE;
       if (!t->base.removed && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
       if (t->base.removed)
         {
-          g_mutex_unlock (&ctx->lock);
+          weft__mutex_unlock (&ctx->lock);
           weft__source_finalize (&t->base);
-          g_mutex_lock (&ctx->lock);
+          weft__mutex_lock (&ctx->lock);
           continue;
         }
       /* Repeat one interval after the previous deadline, so the period does
@@ -64,7 +64,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
   WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
-  g_mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (&ctx->lock);
 }
 
 static guint
@@ -82,11 +82,11 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->heap_index = WEFT_HEAP_NONE;
   t->deadline = weft__now_ns () + interval;
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &t->base);
   if (G_UNLIKELY (id == 0))
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       if (notify != NULL)
         notify (user_data);
       g_free (t);
@@ -95,7 +95,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   weft__heap_insert (&self->timers, t->deadline, t);
   if (t->heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, t->deadline);
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   return id;
 }
 

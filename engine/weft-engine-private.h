@@ -9,6 +9,7 @@
 #include "weft-types.h"
 #include "weft-engine.h"
 #include "weft-mpsc.h"
+#include "weft-mutex.h"
 
 G_BEGIN_DECLS
 
@@ -146,8 +147,8 @@ struct _WeftEngine {
   int wake_fd;              /* eventfd, edge-triggered: one write wakes one worker */
   int stop_fd;              /* eventfd, level-triggered: wakes every worker */
 
-  GMutex lock;              /* start/stop, drain waits */
-  GCond cond;
+  WeftMutex lock;              /* start/stop, drain waits */
+  WeftCond cond;
   gboolean running;         /* HOLDS: lock */
   guint n_workers;
   WeftWorker *workers;      /* HOLDS: lock (array replaced on start) */
@@ -155,13 +156,13 @@ struct _WeftEngine {
   WeftFdTable *fdtable;
 
   /* Timers: one heap entry per context, keyed by its earliest deadline. */
-  GMutex timer_lock;
+  WeftMutex timer_lock;
   WeftHeap ctx_heap;        /* HOLDS: timer_lock */
   int timer_fd;
   gint64 timer_armed;       /* HOLDS: timer_lock; deadline the timerfd is set to */
 
   /* Signals (weft-signals.c). */
-  GMutex signal_lock;
+  WeftMutex signal_lock;
   int signal_fd;            /* HOLDS: signal_lock; -1 until the first subscriber */
   GPtrArray *signal_subs[65]; /* HOLDS: signal_lock; WeftSignalSource* per signum */
 };

@@ -39,8 +39,8 @@ weft_engine_new (guint n_workers, GError **error)
   self->internal_refs = 1;
   weft__mpsc_init (&self->urgent);
   weft__mpsc_init (&self->runq);
-  g_mutex_init (&self->lock);
-  g_cond_init (&self->cond);
+  weft__mutex_init (&self->lock);
+  weft__cond_init (&self->cond);
   self->n_workers = n_workers ? n_workers : (guint) g_get_num_processors ();
   self->fdtable = weft__fdtable_new ();
   self->pfd = self->wake_fd = self->stop_fd = -1;
@@ -118,8 +118,8 @@ weft__engine_internal_unref (WeftEngine *self)
     close (self->wake_fd);
   if (self->stop_fd >= 0)
     close (self->stop_fd);
-  g_mutex_clear (&self->lock);
-  g_cond_clear (&self->cond);
+  weft__mutex_clear (&self->lock);
+  weft__cond_clear (&self->cond);
   g_free (self->workers);
   g_free (self);
 }
@@ -156,14 +156,14 @@ weft_engine_unref (WeftEngine *self)
   for (;;)
     {
       WeftContext *ctx = NULL;
-      g_mutex_lock (&self->timer_lock);
+      weft__mutex_lock (&self->timer_lock);
       WeftHeapEntry *top = weft__heap_peek (&self->ctx_heap);
       if (top != NULL)
         {
           ctx = top->item;
           weft__heap_remove (&self->ctx_heap, 0);
         }
-      g_mutex_unlock (&self->timer_lock);
+      weft__mutex_unlock (&self->timer_lock);
       if (ctx == NULL)
         break;
       weft__context_internal_unref (ctx);
@@ -204,10 +204,10 @@ weft_engine_start (WeftEngine *self, GError **error)
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (!atomic_load (&self->dead), FALSE);
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   if (self->running)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       return TRUE;
     }
   /* Reset the level-triggered stop fd left readable by the last stop. */
@@ -216,8 +216,9 @@ weft_engine_start (WeftEngine *self, GError **error)
     ;
   atomic_store (&self->stopping, 0);
   atomic_store (&self->refusing, 0);
-  g_free (self->workers);
-  self->workers = g_new0 (WeftWorker, self->n_workers);
+  /* Reused across restarts, so the counters keep counting. */
+  if (self->workers == NULL)
+    self->workers = g_new0 (WeftWorker, self->n_workers);
 
   sigset_t old;
   block_async_signals (&old); /* inherited by the new threads */
@@ -228,6 +229,7 @@ weft_engine_start (WeftEngine *self, GError **error)
       WeftWorker *w = &self->workers[i];
       w->engine = self;
       w->index = i;
+      w->run_streak = 0;
       char name[16];
       g_snprintf (name, sizeof name, "weft-worker-%u", i);
       w->thread = g_thread_try_new (name, weft__worker_main, w, error);
@@ -240,7 +242,7 @@ weft_engine_start (WeftEngine *self, GError **error)
     }
   pthread_sigmask (SIG_SETMASK, &old, NULL);
   self->running = TRUE;
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
 
   if (!ok)
     weft_engine_stop (self);
@@ -303,25 +305,25 @@ weft_engine_stop (WeftEngine *self)
       return;
     }
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   if (!self->running)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       return;
     }
   atomic_store (&self->stopping, 1);
   weft__eventfd_signal (self->stop_fd);
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
 
   for (guint i = 0; i < self->n_workers; i++)
     if (self->workers[i].thread != NULL)
       g_thread_join (self->workers[i].thread);
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   for (guint i = 0; i < self->n_workers; i++)
     self->workers[i].thread = NULL;
   self->running = FALSE;
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
 
   drop_queued (self, TRUE);
 }
@@ -361,19 +363,19 @@ weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
   gboolean ok;
   gint64 deadline = timeout_us < 0 ? G_MAXINT64 : g_get_monotonic_time () + timeout_us;
 
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   if (!self->running)
     {
-      g_mutex_unlock (&self->lock);
+      weft__mutex_unlock (&self->lock);
       return TRUE;
     }
   atomic_store (&self->refusing, 1);
   /* Workers signal the condition as they go to sleep while refusing; the
    * 10 ms bound covers a worker that slept before the flag was set. */
   while (!(ok = drained (self)) && g_get_monotonic_time () < deadline)
-    g_cond_wait_until (&self->cond, &self->lock,
+    weft__cond_wait_until (&self->cond, &self->lock,
                        MIN (deadline, g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND));
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
 
   weft_engine_stop (self);
   return ok;
@@ -389,9 +391,9 @@ gboolean
 weft_engine_is_running (WeftEngine *self)
 {
   g_return_val_if_fail (self != NULL, FALSE);
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   gboolean r = self->running;
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   return r;
 }
 
@@ -541,7 +543,7 @@ weft_engine_get_stats (WeftEngine *self, WeftEngineStats *stats)
   g_return_if_fail (stats != NULL);
 
   memset (stats, 0, sizeof *stats);
-  g_mutex_lock (&self->lock);
+  weft__mutex_lock (&self->lock);
   stats->n_workers = self->running ? self->n_workers : 0;
   for (guint i = 0; self->workers != NULL && i < self->n_workers; i++)
     {
@@ -551,7 +553,7 @@ weft_engine_get_stats (WeftEngine *self, WeftEngineStats *stats)
       stats->fd_events += atomic_load_explicit (&c->fd_events, memory_order_relaxed);
       stats->timers_fired += atomic_load_explicit (&c->timers_fired, memory_order_relaxed);
     }
-  g_mutex_unlock (&self->lock);
+  weft__mutex_unlock (&self->lock);
   stats->n_sleeping = (guint) MAX (0, atomic_load (&self->n_sleeping));
   stats->n_contexts = atomic_load (&self->n_contexts);
   stats->wakeups = atomic_load (&self->wakeups);

@@ -24,7 +24,7 @@ typedef struct {
 } Slot;
 
 struct _WeftFdTable {
-  GMutex lock;              /* allocation of slots and chunks */
+  WeftMutex lock;              /* allocation of slots and chunks */
   Slot *_Atomic chunks[MAX_CHUNKS];
   guint n_chunks;           /* HOLDS: lock */
   GArray *free_slots;       /* HOLDS: lock; guint32 */
@@ -55,7 +55,7 @@ WeftFdTable *
 weft__fdtable_new (void)
 {
   WeftFdTable *t = g_new0 (WeftFdTable, 1);
-  g_mutex_init (&t->lock);
+  weft__mutex_init (&t->lock);
   t->free_slots = g_array_new (FALSE, FALSE, sizeof (guint32));
   return t;
 }
@@ -66,7 +66,7 @@ weft__fdtable_free (WeftFdTable *t)
   for (guint i = 0; i < t->n_chunks; i++)
     g_free (atomic_load (&t->chunks[i]));
   g_array_unref (t->free_slots);
-  g_mutex_clear (&t->lock);
+  weft__mutex_clear (&t->lock);
   g_free (t);
 }
 
@@ -75,7 +75,7 @@ weft__fdtable_insert (WeftFdTable *t, WeftFdSource *source)
 {
   guint32 index;
 
-  g_mutex_lock (&t->lock);
+  weft__mutex_lock (&t->lock);
   if (t->free_slots->len > 0)
     {
       index = g_array_index (t->free_slots, guint32, t->free_slots->len - 1);
@@ -85,7 +85,7 @@ weft__fdtable_insert (WeftFdTable *t, WeftFdSource *source)
     {
       if (t->n_chunks == MAX_CHUNKS)
         {
-          g_mutex_unlock (&t->lock);
+          weft__mutex_unlock (&t->lock);
           return 0;
         }
       Slot *chunk = g_new0 (Slot, CHUNK);
@@ -98,7 +98,7 @@ weft__fdtable_insert (WeftFdTable *t, WeftFdSource *source)
           g_array_append_val (t->free_slots, k);
         }
     }
-  g_mutex_unlock (&t->lock);
+  weft__mutex_unlock (&t->lock);
 
   Slot *s = slot_at (t, index);
   slot_lock (s);
@@ -122,9 +122,9 @@ weft__fdtable_clear (WeftFdTable *t, guint64 key)
   s->gen++;
   slot_unlock (s);
 
-  g_mutex_lock (&t->lock);
+  weft__mutex_lock (&t->lock);
   g_array_append_val (t->free_slots, index);
-  g_mutex_unlock (&t->lock);
+  weft__mutex_unlock (&t->lock);
 }
 
 WeftFdSource *

@@ -34,7 +34,7 @@ typedef struct {
   guint n_free;
 } Cache;
 
-static GMutex depot_lock;
+static WeftMutex depot_lock = PTHREAD_MUTEX_INITIALIZER;
 static Mag *depot_full;    /* HOLDS: depot_lock */
 static Mag *depot_empty;   /* HOLDS: depot_lock; Mag shells to reuse */
 
@@ -77,7 +77,7 @@ depot_put (Cache *c)
   c->n_free -= MAG;
   job_set_next (last, NULL);
 
-  g_mutex_lock (&depot_lock);
+  weft__mutex_lock (&depot_lock);
   Mag *m = depot_empty;
   if (m != NULL)
     depot_empty = m->next;
@@ -86,13 +86,13 @@ depot_put (Cache *c)
   m->first = first;
   m->next = depot_full;
   depot_full = m;
-  g_mutex_unlock (&depot_lock);
+  weft__mutex_unlock (&depot_lock);
 }
 
 static void
 cache_refill (Cache *c)
 {
-  g_mutex_lock (&depot_lock);
+  weft__mutex_lock (&depot_lock);
   Mag *m = depot_full;
   if (m != NULL)
     {
@@ -102,7 +102,7 @@ cache_refill (Cache *c)
       m->next = depot_empty;
       depot_empty = m;
     }
-  g_mutex_unlock (&depot_lock);
+  weft__mutex_unlock (&depot_lock);
   if (m != NULL)
     return;
 

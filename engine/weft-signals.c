@@ -14,7 +14,7 @@
 void
 weft__signals_init (WeftEngine *self)
 {
-  g_mutex_init (&self->signal_lock);
+  weft__mutex_init (&self->signal_lock);
   self->signal_fd = -1;
 }
 
@@ -29,7 +29,7 @@ weft__signals_fini (WeftEngine *self)
       }
   if (self->signal_fd >= 0)
     close (self->signal_fd);
-  g_mutex_clear (&self->signal_lock);
+  weft__mutex_clear (&self->signal_lock);
 }
 
 gboolean
@@ -38,7 +38,7 @@ weft__signals_subscribe (WeftEngine *self, WeftSignalSource *src, GError **error
   sigset_t mask;
   gboolean ok = TRUE;
 
-  g_mutex_lock (&self->signal_lock);
+  weft__mutex_lock (&self->signal_lock);
   sigemptyset (&mask);
   for (int s = 1; s < (int) G_N_ELEMENTS (self->signal_subs); s++)
     if (self->signal_subs[s] != NULL && self->signal_subs[s]->len > 0)
@@ -75,7 +75,7 @@ weft__signals_subscribe (WeftEngine *self, WeftSignalSource *src, GError **error
         self->signal_subs[src->signum] = g_ptr_array_new ();
       g_ptr_array_add (self->signal_subs[src->signum], src);
     }
-  g_mutex_unlock (&self->signal_lock);
+  weft__mutex_unlock (&self->signal_lock);
   return ok;
 }
 
@@ -85,9 +85,9 @@ weft__signals_unsubscribe (WeftEngine *self, WeftSignalSource *src)
   /* Once this returns, weft__signals_read() cannot raise @src again: it
    * raises under the same lock. The signal stays blocked: unblocking could
    * kill the process with the default action of a signal still pending. */
-  g_mutex_lock (&self->signal_lock);
+  weft__mutex_lock (&self->signal_lock);
   g_ptr_array_remove_fast (self->signal_subs[src->signum], src);
-  g_mutex_unlock (&self->signal_lock);
+  weft__mutex_unlock (&self->signal_lock);
 }
 
 void
@@ -97,7 +97,7 @@ weft__signals_read (WeftEngine *self, WeftContext **local)
 
   for (;;)
     {
-      g_mutex_lock (&self->signal_lock);
+      weft__mutex_lock (&self->signal_lock);
       ssize_t r = self->signal_fd >= 0 ? read (self->signal_fd, info, sizeof info) : -1;
       int e = errno;
       if (r > 0)
@@ -108,7 +108,7 @@ weft__signals_read (WeftEngine *self, WeftContext **local)
             for (guint k = 0; subs != NULL && k < subs->len; k++)
               weft__signal_source_raise (subs->pdata[k], local);
           }
-      g_mutex_unlock (&self->signal_lock);
+      weft__mutex_unlock (&self->signal_lock);
       if (r < 0 && e == EINTR)
         continue;
       if (r <= 0)

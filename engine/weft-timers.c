@@ -125,7 +125,7 @@ ctx_set_index (gpointer item, guint index)
 void
 weft__timers_init (WeftEngine *self)
 {
-  g_mutex_init (&self->timer_lock);
+  weft__mutex_init (&self->timer_lock);
   weft__heap_init (&self->ctx_heap, ctx_set_index);
   self->timer_fd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   self->timer_armed = G_MAXINT64;
@@ -138,7 +138,7 @@ weft__timers_fini (WeftEngine *self)
   weft__heap_clear (&self->ctx_heap);
   if (self->timer_fd >= 0)
     close (self->timer_fd);
-  g_mutex_clear (&self->timer_lock);
+  weft__mutex_clear (&self->timer_lock);
 }
 
 /* HOLDS: timer_lock */
@@ -166,14 +166,14 @@ rearm_unlocked (WeftEngine *self)
 void
 weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline)
 {
-  g_mutex_lock (&self->timer_lock);
+  weft__mutex_lock (&self->timer_lock);
   if (ctx->timer_index != WEFT_HEAP_NONE)
     {
       WeftHeapEntry *e = &self->ctx_heap.v[ctx->timer_index];
       if (e->deadline <= deadline)
         {
           /* Already due earlier: it will look again when that fires. */
-          g_mutex_unlock (&self->timer_lock);
+          weft__mutex_unlock (&self->timer_lock);
           return;
         }
       weft__heap_remove (&self->ctx_heap, ctx->timer_index);
@@ -183,20 +183,20 @@ weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadli
   weft__heap_insert (&self->ctx_heap, deadline, ctx);
   if (deadline < self->timer_armed)
     rearm_unlocked (self);
-  g_mutex_unlock (&self->timer_lock);
+  weft__mutex_unlock (&self->timer_lock);
 }
 
 void
 weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx)
 {
   gboolean was = FALSE;
-  g_mutex_lock (&self->timer_lock);
+  weft__mutex_lock (&self->timer_lock);
   if (ctx->timer_index != WEFT_HEAP_NONE)
     {
       weft__heap_remove (&self->ctx_heap, ctx->timer_index);
       was = TRUE;
     }
-  g_mutex_unlock (&self->timer_lock);
+  weft__mutex_unlock (&self->timer_lock);
   if (was)
     weft__context_internal_unref (ctx);
 }
@@ -211,7 +211,7 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
     {
       n = 0;
       gint64 now = weft__now_ns ();
-      g_mutex_lock (&self->timer_lock);
+      weft__mutex_lock (&self->timer_lock);
       WeftHeapEntry *top;
       while (n < G_N_ELEMENTS (due) && (top = weft__heap_peek (&self->ctx_heap)) != NULL &&
              top->deadline <= now)
@@ -223,7 +223,7 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
        * fresh setting even when the earliest deadline did not change. */
       self->timer_armed = G_MININT64;
       rearm_unlocked (self);
-      g_mutex_unlock (&self->timer_lock);
+      weft__mutex_unlock (&self->timer_lock);
 
       for (guint i = 0; i < n; i++)
         {

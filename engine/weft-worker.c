@@ -178,9 +178,9 @@ weft__worker_main (gpointer data)
             }
           if (atomic_load_explicit (&e->refusing, memory_order_relaxed))
             {
-              g_mutex_lock (&e->lock);
-              g_cond_broadcast (&e->cond);
-              g_mutex_unlock (&e->lock);
+              weft__mutex_lock (&e->lock);
+              weft__cond_broadcast (&e->cond);
+              weft__mutex_unlock (&e->lock);
             }
           timeout = -1;
           sleeping = TRUE;
