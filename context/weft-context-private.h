@@ -97,19 +97,21 @@ enum {
   WEFT_CTX_CLOSED = 1u << 2,
 };
 
+/* Laid out so a post to an idle context touches two cache lines: the first
+ * holds everything a poster reads or writes (run_node, state, refs and the
+ * head of the back inbox), the second the inbox tail and stub. */
 struct _WeftContext {
   WeftNode run_node;           /* on the engine run queue while scheduled */
-  gint ref_count;              /* (atomic) public references */
   gint internal_refs;          /* (atomic) 1 for the public side, +1 while
                                 * scheduled, +1 per source, +1 per engine
                                 * timer heap entry or queued timers_node */
-  WeftEngine *engine;          /* (owned) internal reference */
   _Atomic guint state;
-  char pad0_[64];
-  WeftMpsc front;              /* post_front */
-  WeftMpsc back;               /* post, readiness, timers, signals, idles */
-  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
+  WeftEngine *engine;          /* (owned) internal reference */
+  gint ref_count;              /* (atomic) public references */
   guint max_queued;            /* set before dispatch */
+  WeftMpsc back;               /* post, readiness, timers, signals, idles */
+  WeftMpsc front;              /* post_front */
+  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   gboolean idles_due;          /* consumer only */
 
   WeftMutex lock;
@@ -125,7 +127,7 @@ struct _WeftContext {
 
   WeftNode idle_node;          /* kind IDLE */
   atomic_int idle_queued;
-};
+} __attribute__ ((aligned (64)));
 
 WeftContext *weft__context_internal_ref (WeftContext *self);
 void weft__context_internal_unref (WeftContext *self);

@@ -10,7 +10,7 @@ G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_u
 /* Nodes run before a context yields its worker to other runnables. */
 #define RUN_BUDGET 256
 
-static _Thread_local WeftContext *tls_current;
+static _Thread_local WEFT_TLS_IE WeftContext *tls_current;
 
 static void close_context (WeftContext *self);
 
@@ -30,7 +30,7 @@ weft_context_new (WeftEngine *engine)
   g_return_val_if_fail (engine != NULL, NULL);
   g_return_val_if_fail (!atomic_load (&engine->dead), NULL);
 
-  WeftContext *self = g_new0 (WeftContext, 1);
+  WeftContext *self = g_aligned_alloc0 (1, sizeof (WeftContext), 64);
   self->run_node.kind = WEFT_NODE_CONTEXT;
   self->ref_count = 1;
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
@@ -100,7 +100,7 @@ weft__context_internal_unref (WeftContext *self)
   weft__mutex_clear (&self->lock);
   atomic_fetch_sub (&self->engine->n_contexts, 1);
   weft__engine_internal_unref (self->engine);
-  g_free (self);
+  g_aligned_free (self);
 }
 
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and

@@ -13,6 +13,10 @@
 
 G_BEGIN_DECLS
 
+/* The library's thread-locals are few and tiny: initial-exec keeps their
+ * access a single %fs-relative load instead of a __tls_get_addr call. */
+#define WEFT_TLS_IE __attribute__ ((tls_model ("initial-exec")))
+
 /* ---- jobs ------------------------------------------------------------ */
 
 /* A posted job. Nodes come from a per-thread cache (weft-jobcache.c) so a

@@ -40,7 +40,7 @@ static Mag *depot_empty;   /* HOLDS: depot_lock; Mag shells to reuse */
 
 static void cache_release (gpointer data);
 static GPrivate cache_key = G_PRIVATE_INIT (cache_release);
-static _Thread_local Cache *tls_cache;
+static _Thread_local WEFT_TLS_IE Cache *tls_cache;
 
 static inline WeftJob *
 job_next (WeftJob *j)
@@ -150,6 +150,10 @@ weft__job_alloc (void)
   WeftJob *j = c->free;
   c->free = job_next (j);
   c->n_free--;
+  /* Recycled nodes were last touched by a consumer on another CPU: ask for
+   * the next one's line now, for writing, so the next post does not wait. */
+  if (c->free != NULL)
+    __builtin_prefetch (c->free, 1);
   j->node.kind = WEFT_NODE_JOB;
   j->node.flags = 0;
   return j;

@@ -12,7 +12,7 @@
  * blocking, so a queue that never empties cannot starve fds and timers. */
 #define POLL_EVERY 64
 
-static _Thread_local WeftWorker *tls_worker;
+static _Thread_local WEFT_TLS_IE WeftWorker *tls_worker;
 
 WeftWorker *
 weft__worker_current (void)
