@@ -121,29 +121,37 @@ typedef struct {
   _Atomic guint64 timers_fired;
 } WeftCounters;
 
+#define WEFT_BATCH 8
+
 struct _WeftWorker {
   WeftEngine *engine;
   GThread *thread;
   guint index;
   guint run_streak;         /* runnables taken since the last poll */
+  /* Runnables popped under one hold of the pop lock, not yet run. */
+  WeftNode *batch[WEFT_BATCH];
+  guint batch_len, batch_pos;
   WeftCounters counters;
-  char pad_[64];
-};
+} __attribute__ ((aligned (64)));
 
+/* Fields are grouped by who writes them, one group per cache line: the
+ * run-queue heads (every poster), the pop side (workers), read-mostly
+ * flags (every post reads them), and sleep accounting (workers, when they
+ * sleep or wake). */
 struct _WeftEngine {
-  gint ref_count;           /* (atomic) public references */
-  gint internal_refs;       /* (atomic) 1 while ref_count > 0, +1 per context */
+  WeftMpsc runq __attribute__ ((aligned (64)));   /* jobs and contexts */
+  WeftMpsc urgent __attribute__ ((aligned (64))); /* post_front jobs, urgent contexts */
+  atomic_int pop_lock __attribute__ ((aligned (64))); /* the single consumer of both */
 
-  WeftMpsc urgent;          /* run queue: post_front jobs, urgent contexts */
-  WeftMpsc runq;            /* run queue: jobs and contexts */
-  atomic_int pop_lock;      /* the single consumer of both queues */
-
-  atomic_int n_sleeping;    /* workers blocked in the poller */
-  atomic_int wake_pending;  /* a wake write is in flight, not yet consumed */
-  atomic_int stopping;      /* workers must leave their loop */
+  atomic_int stopping __attribute__ ((aligned (64))); /* workers must leave their loop */
   atomic_int refusing;      /* soft stop: refuse posts from foreign threads */
   atomic_int dead;          /* last public ref gone: drop what gets scheduled */
-  atomic_int busy;          /* runnables taken and not finished */
+  gint ref_count;           /* (atomic) public references */
+  gint internal_refs;       /* (atomic) 1 while ref_count > 0, +1 per context */
+  guint n_workers;
+
+  atomic_int n_sleeping __attribute__ ((aligned (64))); /* workers blocked in the poller */
+  atomic_int wake_pending;  /* a wake write is in flight, not yet consumed */
   _Atomic guint64 wakeups;
   _Atomic guint64 n_contexts;
 
@@ -154,8 +162,7 @@ struct _WeftEngine {
   WeftMutex lock;              /* start/stop, drain waits */
   WeftCond cond;
   gboolean running;         /* HOLDS: lock */
-  guint n_workers;
-  WeftWorker *workers;      /* HOLDS: lock (array replaced on start) */
+  WeftWorker *workers;      /* allocated at the first start, reused */
 
   WeftFdTable *fdtable;
 

@@ -34,7 +34,7 @@ weft_engine_new (guint n_workers, GError **error)
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
   g_return_val_if_fail (n_workers <= 4096, NULL);
 
-  WeftEngine *self = g_new0 (WeftEngine, 1);
+  WeftEngine *self = g_aligned_alloc0 (1, sizeof (WeftEngine), 64);
   self->ref_count = 1;
   self->internal_refs = 1;
   weft__mpsc_init (&self->urgent);
@@ -120,8 +120,8 @@ weft__engine_internal_unref (WeftEngine *self)
     close (self->stop_fd);
   weft__mutex_clear (&self->lock);
   weft__cond_clear (&self->cond);
-  g_free (self->workers);
-  g_free (self);
+  g_aligned_free (self->workers);
+  g_aligned_free (self);
 }
 
 /**
@@ -218,7 +218,7 @@ weft_engine_start (WeftEngine *self, GError **error)
   atomic_store (&self->refusing, 0);
   /* Reused across restarts, so the counters keep counting. */
   if (self->workers == NULL)
-    self->workers = g_new0 (WeftWorker, self->n_workers);
+    self->workers = g_aligned_alloc0 (self->n_workers, sizeof (WeftWorker), 64);
 
   sigset_t old;
   block_async_signals (&old); /* inherited by the new threads */
@@ -230,6 +230,7 @@ weft_engine_start (WeftEngine *self, GError **error)
       w->engine = self;
       w->index = i;
       w->run_streak = 0;
+      w->batch_len = w->batch_pos = 0;
       char name[16];
       g_snprintf (name, sizeof name, "weft-worker-%u", i);
       w->thread = g_thread_try_new (name, weft__worker_main, w, error);
