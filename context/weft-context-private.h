@@ -13,9 +13,9 @@ G_BEGIN_DECLS
 
 /* ---- id map (weft-idmap.c) -------------------------------------------- */
 
-/* Open addressing keyed by the source id. Ids are handed out in sequence,
- * so the identity hash places them in consecutive slots: no collisions in
- * the common case, and deletion shifts entries back (no tombstones). */
+/* Open addressing (Robin Hood, linear probing) keyed by the source id. Ids
+ * are handed out in sequence, so the identity hash puts each at home:
+ * insert, lookup and delete are a few instructions without collisions. */
 typedef struct {
   guint *keys;
   gpointer *values;

@@ -23,14 +23,41 @@ weft__idmap_clear (WeftIdMap *map)
   weft__idmap_init (map);
 }
 
+/* How far the entry in slot @i sits from its home slot. */
+static inline guint
+dist (WeftIdMap *map, guint i)
+{
+  return (i - (map->keys[i] & map->mask)) & map->mask;
+}
+
+/* Robin Hood insertion: an entry takes the slot of any entry closer to its
+ * own home, so runs stay sorted by home slot and lookups and deletions can
+ * stop early. With ids handed out in sequence every entry is at home and
+ * this is a single store. */
 static void
 place (WeftIdMap *map, guint key, gpointer value)
 {
-  guint i = key & map->mask;
-  while (map->keys[i] != 0)
-    i = (i + 1) & map->mask;
-  map->keys[i] = key;
-  map->values[i] = value;
+  guint i = key & map->mask, d = 0;
+  for (;; i = (i + 1) & map->mask, d++)
+    {
+      if (map->keys[i] == 0)
+        {
+          map->keys[i] = key;
+          map->values[i] = value;
+          return;
+        }
+      guint ed = dist (map, i);
+      if (ed < d)
+        {
+          guint k = map->keys[i];
+          gpointer v = map->values[i];
+          map->keys[i] = key;
+          map->values[i] = value;
+          key = k;
+          value = v;
+          d = ed;
+        }
+    }
 }
 
 static void
@@ -65,11 +92,13 @@ find (WeftIdMap *map, guint key)
 {
   if (map->keys == NULL || key == 0)
     return -1;
-  for (guint i = key & map->mask;; i = (i + 1) & map->mask)
+  for (guint i = key & map->mask, d = 0;; i = (i + 1) & map->mask, d++)
     {
       if (map->keys[i] == key)
         return (gint) i;
-      if (map->keys[i] == 0)
+      /* An empty slot, or an entry nearer its home than @key would be,
+       * means @key is not in the run. */
+      if (map->keys[i] == 0 || dist (map, i) < d)
         return -1;
     }
 }
@@ -88,22 +117,18 @@ weft__idmap_remove (WeftIdMap *map, guint key)
   if (at < 0)
     return NULL;
   gpointer value = map->values[at];
-  guint hole = (guint) at;
 
-  /* Backward-shift deletion: move later members of the probe run into the
-   * hole when their home slot is not between the hole and themselves. */
-  map->keys[hole] = 0;
-  for (guint j = (hole + 1) & map->mask; map->keys[j] != 0; j = (j + 1) & map->mask)
+  /* Backward shift: pull the following displaced entries one slot nearer
+   * their home; stop at an empty slot or an entry already at home. */
+  guint hole = (guint) at;
+  for (guint j = (hole + 1) & map->mask; map->keys[j] != 0 && dist (map, j) > 0;
+       j = (j + 1) & map->mask)
     {
-      guint home = map->keys[j] & map->mask;
-      gboolean stays = (hole <= j) ? (hole < home && home <= j) : (hole < home || home <= j);
-      if (stays)
-        continue;
       map->keys[hole] = map->keys[j];
       map->values[hole] = map->values[j];
-      map->keys[j] = 0;
       hole = j;
     }
+  map->keys[hole] = 0;
   map->len--;
   return value;
 }
