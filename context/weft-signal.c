@@ -92,8 +92,9 @@ weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
  *
  * Returns: the source id (> 0), or 0 with @error set:
  *   %WEFT_ERROR_INVALID for a signal that cannot be caught or is
- *   synchronous (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, ...), %WEFT_ERROR_CLOSED
- *   if @self is destroyed. On failure @notify has been called.
+ *   synchronous (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, ...), %WEFT_ERROR_EXISTS
+ *   if @self already watches @signum, %WEFT_ERROR_CLOSED if @self is
+ *   destroyed. On failure @notify has been called.
  */
 guint
 weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,

@@ -5,6 +5,9 @@
  */
 #include "weft-context-private.h"
 
+/* Timeouts run per pass before the context lets other work in. */
+#define WEFT_TIMEOUT_BUDGET 256
+
 void
 weft__timeout_set_index (gpointer item, guint index)
 {
@@ -27,6 +30,7 @@ void
 weft__timeouts_dispatch (WeftContext *ctx)
 {
   gint64 now = weft__now_ns ();
+  guint budget = WEFT_TIMEOUT_BUDGET;
 
   weft__mutex_lock (&ctx->lock);
   for (;;)
@@ -34,6 +38,18 @@ weft__timeouts_dispatch (WeftContext *ctx)
       WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
       if (top == NULL || top->deadline > now)
         break;
+      if (budget-- == 0)
+        {
+          /* More are due: queue the timers node again behind what else is
+           * waiting, so a burst of due timeouts cannot hold the worker. */
+          if (!atomic_exchange (&ctx->timers_queued, 1))
+            {
+              weft__context_internal_ref (ctx); /* held by the queued node */
+              weft__context_push (ctx, &ctx->timers_node, FALSE, NULL);
+            }
+          weft__mutex_unlock (&ctx->lock);
+          return;
+        }
       WeftTimeoutSource *t = top->item;
       weft__heap_remove (&ctx->timers, 0);
       t->base.running = TRUE;

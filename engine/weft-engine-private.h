@@ -121,16 +121,11 @@ typedef struct {
   _Atomic guint64 timers_fired;
 } WeftCounters;
 
-#define WEFT_BATCH 8
-
 struct _WeftWorker {
   WeftEngine *engine;
   GThread *thread;
   guint index;
   guint run_streak;         /* runnables taken since the last poll */
-  /* Runnables popped under one hold of the pop lock, not yet run. */
-  WeftNode *batch[WEFT_BATCH];
-  guint batch_len, batch_pos;
   WeftCounters counters;
 } __attribute__ ((aligned (64)));
 

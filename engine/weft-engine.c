@@ -230,7 +230,6 @@ weft_engine_start (WeftEngine *self, GError **error)
       w->engine = self;
       w->index = i;
       w->run_streak = 0;
-      w->batch_len = w->batch_pos = 0;
       char name[16];
       g_snprintf (name, sizeof name, "weft-worker-%u", i);
       w->thread = g_thread_try_new (name, weft__worker_main, w, error);

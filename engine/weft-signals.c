@@ -39,6 +39,15 @@ weft__signals_subscribe (WeftEngine *self, WeftSignalSource *src, GError **error
   gboolean ok = TRUE;
 
   weft__mutex_lock (&self->signal_lock);
+  GPtrArray *subs = self->signal_subs[src->signum];
+  for (guint i = 0; subs != NULL && i < subs->len; i++)
+    if (((WeftSignalSource *) subs->pdata[i])->base.ctx == src->base.ctx)
+      {
+        weft__mutex_unlock (&self->signal_lock);
+        g_set_error (error, WEFT_ERROR, WEFT_ERROR_EXISTS,
+                     "signal %d is already watched by this context", src->signum);
+        return FALSE;
+      }
   sigemptyset (&mask);
   for (int s = 1; s < (int) G_N_ELEMENTS (self->signal_subs); s++)
     if (self->signal_subs[s] != NULL && self->signal_subs[s]->len > 0)

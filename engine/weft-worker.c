@@ -63,20 +63,17 @@ runq_nonempty (WeftEngine *e)
   return weft__mpsc_nonempty (&e->urgent) || weft__mpsc_nonempty (&e->runq);
 }
 
-/* Takes the next runnable: from the batch this worker popped last time,
- * else a new batch of up to WEFT_BATCH under one hold of the pop lock. The
- * lock is held for a few pointer moves and touches only the consumer side
- * of the queues (their heads, which every post writes, are read only when
- * a queue looks drained), so workers and posters rarely share a line. */
+/* Takes the next runnable, one per hold of the pop lock: a worker never
+ * keeps runnables aside, since one it kept while running a long callback
+ * would wait although another worker is idle. The lock covers a few
+ * pointer moves on the consumer side of the queues; their heads, which
+ * every post writes, are read only when a queue looks drained. */
 static WeftNode *
 runq_pop (WeftWorker *w)
 {
   WeftEngine *e = w->engine;
-
-  if (w->batch_pos < w->batch_len)
-    return w->batch[w->batch_pos++];
-
   guint spins = 0;
+
   while (atomic_exchange_explicit (&e->pop_lock, 1, memory_order_acquire))
     {
       /* The holder moves a few pointers and leaves; if it was preempted,
@@ -86,30 +83,11 @@ runq_pop (WeftWorker *w)
       else
         cpu_relax ();
     }
-  guint n = 0;
-  WeftNode *node;
-  while (n < WEFT_BATCH && (node = weft__mpsc_pop (&e->urgent)) != NULL)
-    w->batch[n++] = node;
-  while (n < WEFT_BATCH && (node = weft__mpsc_pop (&e->runq)) != NULL)
-    w->batch[n++] = node;
+  WeftNode *n = weft__mpsc_pop (&e->urgent);
+  if (n == NULL)
+    n = weft__mpsc_pop (&e->runq);
   atomic_store_explicit (&e->pop_lock, 0, memory_order_release);
-
-  w->batch_len = n;
-  w->batch_pos = 0;
-  return n ? w->batch[w->batch_pos++] : NULL;
-}
-
-/* On the way out of the loop: whatever this worker popped but did not run
- * goes back on the run queue, for weft_engine_stop() to drop or keep. */
-static void
-requeue_batch (WeftWorker *w)
-{
-  while (w->batch_pos < w->batch_len)
-    {
-      WeftNode *n = w->batch[w->batch_pos++];
-      weft__mpsc_push (&w->engine->runq, n);
-    }
-  w->batch_len = w->batch_pos = 0;
+  return n;
 }
 
 static void
@@ -184,7 +162,7 @@ weft__worker_main (gpointer data)
                * sleeper count is read first: it changes rarely, while the
                * queue heads change with every post. */
               if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) > 0 &&
-                  (w->batch_pos < w->batch_len || runq_nonempty (e)))
+                  runq_nonempty (e))
                 weft__engine_wake (e);
               run_node (w, n);
               continue;
@@ -227,7 +205,6 @@ weft__worker_main (gpointer data)
         }
       handle_events (w, ev, r);
     }
-  requeue_batch (w);
   tls_worker = NULL;
   return NULL;
 }
