@@ -134,9 +134,15 @@ void weft__context_internal_unref (WeftContext *self);
 
 /* Pushes @node on an inbox and schedules the context. When @local points
  * to NULL and this call claimed the context, the context is handed back in
- * *@local for the calling worker to run itself instead of being queued. */
+ * *@local for the calling worker to run itself instead of being queued.
+ * weft__context_push() is for callers that keep @self alive across the call
+ * (a public reference, or the consumer right); weft__context_push_ref()
+ * holds a reference of its own, for pushes made on behalf of a node whose
+ * reference the consumer may drop at any moment. */
 void weft__context_push (WeftContext *self, WeftNode *node, gboolean front,
                          WeftContext **local);
+void weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front,
+                             WeftContext **local);
 /* Puts a context that was claimed through @local on the run queue. */
 void weft__context_enqueue (WeftContext *self);
 /* Runs a claimed context; returns when it is released or requeued. */

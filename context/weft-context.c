@@ -131,25 +131,44 @@ weft__context_enqueue (WeftContext *self)
   weft__engine_enqueue (self->engine, &self->run_node, FALSE);
 }
 
-void
-weft__context_push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local)
+static inline void
+push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local, gboolean have_ref)
 {
   weft__mpsc_push (front ? &self->front : &self->back, node);
 
   /* Whoever holds SCHEDULED will see the node before releasing (see
    * release()); only an idle context needs claiming. */
   guint s = atomic_load (&self->state);
-  if (s & WEFT_CTX_SCHEDULED)
-    return;
-  guint old = atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED);
-  if (old & WEFT_CTX_SCHEDULED)
-    return;
+  if (!(s & WEFT_CTX_SCHEDULED) &&
+      !(atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED) & WEFT_CTX_SCHEDULED))
+    {
+      /* Claimed: the reference goes with SCHEDULED. */
+      if (!have_ref)
+        weft__context_internal_ref (self);
+      if (local != NULL && *local == NULL &&
+          !atomic_load_explicit (&self->engine->dead, memory_order_relaxed))
+        *local = self;
+      else
+        weft__engine_enqueue (self->engine, &self->run_node, front);
+      return;
+    }
+  if (have_ref)
+    weft__context_internal_unref (self);
+}
+
+void
+weft__context_push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local)
+{
+  push (self, node, front, local, FALSE);
+}
+
+void
+weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local)
+{
+  /* Once the node is in, its consumer may finish with it and drop the last
+   * reference before this thread reads the state word: hold one across. */
   weft__context_internal_ref (self);
-  if (local != NULL && *local == NULL &&
-      !atomic_load_explicit (&self->engine->dead, memory_order_relaxed))
-    *local = self;
-  else
-    weft__engine_enqueue (self->engine, &self->run_node, front);
+  push (self, node, front, local, TRUE);
 }
 
 static inline WeftNode *

@@ -37,7 +37,7 @@ weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
       weft__fd_source_unref (src);
       return;
     }
-  weft__context_push (src->base.ctx, &src->node, FALSE, local);
+  weft__context_push_ref (src->base.ctx, &src->node, FALSE, local);
 }
 
 gboolean

@@ -30,7 +30,7 @@ weft__signal_source_raise (WeftSignalSource *src, WeftContext **local)
   if (atomic_exchange (&src->queued, 1))
     return; /* coalesced with the delivery already queued */
   weft__signal_source_ref (src);
-  weft__context_push (src->base.ctx, &src->node, FALSE, local);
+  weft__context_push_ref (src->base.ctx, &src->node, FALSE, local);
 }
 
 gboolean

@@ -230,7 +230,7 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
           WeftContext *ctx = due[i];
           /* The heap's reference moves to the queued node, or is dropped. */
           if (!atomic_exchange (&ctx->timers_queued, 1))
-            weft__context_push (ctx, &ctx->timers_node, FALSE, local);
+            weft__context_push_ref (ctx, &ctx->timers_node, FALSE, local);
           else
             weft__context_internal_unref (ctx);
         }
