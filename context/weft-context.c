@@ -5,6 +5,16 @@
  */
 #include "weft-context-private.h"
 
+/**
+ * WeftContext:
+ *
+ * A serial job queue on a #WeftEngine that owns fds, timeouts, idle
+ * handlers and signal subscriptions. Its callbacks run on the engine's
+ * workers, one at a time and in order, so the data it owns needs no lock.
+ * Nothing runs before weft_context_dispatch(). Reference-counted; every
+ * function is safe from any thread unless its documentation says
+ * otherwise.
+ */
 G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_unref)
 
 /* Nodes run before a context yields its worker to other runnables. */

@@ -16,6 +16,13 @@ struct _WeftJoin {
   atomic_int fired;
 };
 
+/**
+ * WeftJoin:
+ *
+ * A fork-join point: counts pending tasks and runs a continuation after the
+ * last one ends, either on the thread that ended it or posted to a
+ * #WeftContext. Reference-counted and thread-safe.
+ */
 G_DEFINE_BOXED_TYPE (WeftJoin, weft_join, weft_join_ref, weft_join_unref)
 
 /**

@@ -9,6 +9,14 @@
 
 #include "weft-context-private.h"
 
+/**
+ * WeftEngine:
+ *
+ * A pool of worker threads that is also the epoll main loop: every worker
+ * both polls and runs callbacks. An engine runs many #WeftContext serial
+ * queues and parallel jobs from weft_engine_post(). Reference-counted and
+ * thread-safe; see `docs/architecture.md` for the threading rules.
+ */
 G_DEFINE_BOXED_TYPE (WeftEngine, weft_engine, weft_engine_ref, weft_engine_unref)
 G_DEFINE_BOXED_TYPE (WeftEngineStats, weft_engine_stats, weft_engine_stats_copy,
                      weft_engine_stats_free)

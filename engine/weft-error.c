@@ -4,4 +4,9 @@
  */
 #include "weft-types.h"
 
+/**
+ * weft_error_quark:
+ *
+ * Returns: the quark of the %WEFT_ERROR domain
+ */
 G_DEFINE_QUARK (weft-error-quark, weft_error)
