@@ -103,8 +103,9 @@ enum {
 struct _WeftContext {
   WeftNode run_node;           /* on the engine run queue while scheduled */
   gint internal_refs;          /* (atomic) 1 for the public side, +1 while
-                                * scheduled, +1 per source, +1 per engine
-                                * timer heap entry or queued timers_node */
+                                * scheduled, +1 per fd or signal source, +1
+                                * per engine timer heap entry or queued
+                                * timers_node, +1 per internal push */
   _Atomic guint state;
   WeftEngine *engine;          /* (owned) internal reference */
   gint ref_count;              /* (atomic) public references */
@@ -117,6 +118,7 @@ struct _WeftContext {
   WeftMutex lock;
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
+  gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
   WeftHeap timers;             /* HOLDS: lock; WeftTimeoutSource */
   WeftIdleSource *idles;       /* HOLDS: lock; doubly linked */
   WeftIdleSource *idles_tail;  /* HOLDS: lock */

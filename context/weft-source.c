@@ -10,15 +10,25 @@ weft__context_add_source_unlocked (WeftContext *self, WeftSource *source)
 {
   if (atomic_load (&self->state) & WEFT_CTX_CLOSED)
     return 0;
-  /* Ids count up and skip 0 and any id still in use after a wrap. */
-  do
-    if (++self->last_id == 0)
+  /* Ids count up, skip 0, and after a wrap skip ids still in use. */
+  if (G_UNLIKELY (++self->last_id == 0))
+    {
+      self->ids_wrapped = TRUE;
       self->last_id = 1;
-  while (weft__idmap_lookup (&self->ids, self->last_id) != NULL);
+    }
+  if (G_UNLIKELY (self->ids_wrapped))
+    while (weft__idmap_lookup (&self->ids, self->last_id) != NULL)
+      if (++self->last_id == 0)
+        self->last_id = 1;
   source->id = self->last_id;
   source->ctx = self;
   weft__idmap_insert (&self->ids, source->id, source);
-  weft__context_internal_ref (self); /* dropped when the source is freed */
+  /* Fd and signal sources are reached from other threads (the fd table,
+   * the signal table) without the context's lock, so they keep the context
+   * alive. Timeouts and idles are only reached under the lock, and closing
+   * the context frees them first. */
+  if (source->kind == WEFT_SOURCE_FD || source->kind == WEFT_SOURCE_SIGNAL)
+    weft__context_internal_ref (self);
   return source->id;
 }
 
@@ -56,8 +66,6 @@ weft__source_detach_unlocked (WeftSource *source)
 void
 weft__source_finalize (WeftSource *source)
 {
-  WeftContext *ctx = source->ctx;
-
   switch (source->kind)
     {
     case WEFT_SOURCE_FD:
@@ -70,7 +78,6 @@ weft__source_finalize (WeftSource *source)
     case WEFT_SOURCE_IDLE:
       weft__source_call_notify (source);
       g_free (source);
-      weft__context_internal_unref (ctx);
       return;
     }
 }
