@@ -1,0 +1,159 @@
+/* bench-serial.c: section 2-serial, serial queues run by a pool of two.
+ *
+ * 10,000 contexts on an engine of 2 workers. One producer thread (the main
+ * thread, a third thread on a 2-CPU machine) posts 100 jobs to each context
+ * with weft_context_post(), round-robin: job k of every context, then job
+ * k + 1 of every context, ... The clock runs from the first post to the run
+ * of the last job.
+ *
+ * Every job checks the two guarantees the scenario is about:
+ *   concurrency: a per-context atomic "running" counter must be 0 on entry;
+ *   order: the job's sequence number must be the context's next expected one.
+ * Both counts must be 0.
+ *
+ * The engine's wakeup counter (weft_engine_get_stats) is read before and
+ * after: wake-up writes per 1000 jobs shows whether a busy engine makes wake
+ * syscalls.
+ *
+ * Same section and figure strings as the GLib GThreadPool serial-queue
+ * anchor in the micro harness (src/s2_glib.c there).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <stdatomic.h>
+
+#include <weft.h>
+
+#include "weft-bench.h"
+
+#define SECTION "2-serial"
+#define N_WORKERS 2
+#define PER_QUEUE 100
+
+typedef struct {
+  WeftContext *ctx;
+  atomic_int running;
+  guint32 next_seq;   /* only touched by the context's callbacks */
+  char pad_[64 - sizeof (gpointer) - sizeof (atomic_int) - sizeof (guint32)];
+} Queue;
+
+typedef struct {
+  guint32 queue;
+  guint32 seq;
+} Job;
+
+static Queue *queues;
+static atomic_long n_done;
+static atomic_long conc_violations, order_violations;
+static atomic_ulong checksum;
+static long n_total;
+static uint64_t t_last;
+static sem_t all_done;
+
+static void
+run_job (gpointer data)
+{
+  const Job *job = data;
+  Queue *q = &queues[job->queue];
+
+  if (atomic_fetch_add_explicit (&q->running, 1, memory_order_acq_rel) != 0)
+    atomic_fetch_add_explicit (&conc_violations, 1, memory_order_relaxed);
+  if (job->seq != q->next_seq)
+    atomic_fetch_add_explicit (&order_violations, 1, memory_order_relaxed);
+  q->next_seq = job->seq + 1;
+  atomic_fetch_add_explicit (&checksum, job->seq, memory_order_relaxed);
+  atomic_fetch_sub_explicit (&q->running, 1, memory_order_acq_rel);
+
+  if (atomic_fetch_add_explicit (&n_done, 1, memory_order_acq_rel) + 1 == n_total)
+    {
+      t_last = wb_now_ns ();
+      sem_post (&all_done);
+    }
+}
+
+int
+main (void)
+{
+  GError *error = NULL;
+  long n_queues = wb_n (10000, 1000);
+  char impl[128], note[512];
+
+  alarm (80);
+  n_total = n_queues * PER_QUEUE;
+  sem_init (&all_done, 0, 0);
+
+  WeftEngine *engine = weft_engine_new (N_WORKERS, &error);
+  if (engine == NULL)
+    wb_die ("weft_engine_new: %s", error->message);
+
+  queues = calloc ((size_t) n_queues, sizeof *queues);
+  Job *jobs = calloc ((size_t) n_total, sizeof *jobs);
+  if (queues == NULL || jobs == NULL)
+    wb_die ("out of memory");
+  for (long q = 0; q < n_queues; q++)
+    {
+      queues[q].ctx = weft_context_new (engine);
+      weft_context_dispatch (queues[q].ctx);
+      for (long k = 0; k < PER_QUEUE; k++)
+        {
+          jobs[q * PER_QUEUE + k].queue = (guint32) q;
+          jobs[q * PER_QUEUE + k].seq = (guint32) k;
+        }
+    }
+  /* Let the workers settle into the poller, as an idle server would be. */
+  g_usleep (20000);
+
+  WeftEngineStats s0, s1;
+  weft_engine_get_stats (engine, &s0);
+
+  uint64_t t0 = wb_now_ns ();
+  for (long k = 0; k < PER_QUEUE; k++)
+    for (long q = 0; q < n_queues; q++)
+      if (!weft_context_post (queues[q].ctx, run_job, &jobs[q * PER_QUEUE + k], NULL))
+        wb_die ("weft_context_post failed");
+  uint64_t t_posted = wb_now_ns ();
+  wb_sem_wait (&all_done);
+
+  weft_engine_get_stats (engine, &s1);
+
+  guint64 expect_sum = (guint64) n_queues * (PER_QUEUE * (PER_QUEUE - 1) / 2);
+  if (atomic_load (&checksum) != expect_sum)
+    wb_die ("checksum mismatch: %lu != %" G_GUINT64_FORMAT,
+            (unsigned long) atomic_load (&checksum), expect_sum);
+
+  long conc = atomic_load (&conc_violations), order = atomic_load (&order_violations);
+  double jobs_run = (double) (s1.jobs_run - s0.jobs_run);
+  double wakeups = (double) (s1.wakeups - s0.wakeups);
+  double polls = (double) (s1.polls - s0.polls);
+
+  snprintf (impl, sizeof impl, "%s weft_context_post (engine of %d workers)", WB_VERSION,
+            N_WORKERS);
+  snprintf (note, sizeof note,
+            "%ld contexts x %d jobs, round-robin weft_context_post by 1 producer thread "
+            "(a 3rd thread on 2 CPUs), %d workers; violations: concurrency %ld, order %ld; "
+            "enqueue phase %.1f ms; clock: first post -> last job ran",
+            n_queues, PER_QUEUE, N_WORKERS, conc, order, (double) (t_posted - t0) / 1e6);
+  wb_report (SECTION, impl, "1M jobs: throughput",
+             (double) n_total / ((double) (t_last - t0) / 1e3), "Mjobs/s", note);
+  wb_report (SECTION, impl, "1M jobs: violations (concurrency+order)", (double) (conc + order),
+             "count", "must be 0");
+  snprintf (note, sizeof note,
+            "weft_engine_get_stats wakeups during the run: %.0f for %.0f callbacks run; "
+            "only a post that finds a worker asleep writes the wake eventfd",
+            wakeups, jobs_run);
+  wb_report (SECTION, impl, "1M jobs: wakeup syscalls per 1k jobs",
+             1000.0 * wakeups / (double) n_total, "wakeups", note);
+  snprintf (note, sizeof note, "epoll_wait calls (blocking or not) during the run: %.0f", polls);
+  wb_report (SECTION, impl, "1M jobs: polls per 1k jobs", 1000.0 * polls / (double) n_total,
+             "polls", note);
+
+  if (conc != 0 || order != 0)
+    fprintf (stderr, "serial violations: concurrency %ld, order %ld\n", conc, order);
+
+  for (long q = 0; q < n_queues; q++)
+    weft_context_unref (queues[q].ctx);
+  weft_engine_unref (engine);
+  free (jobs);
+  free (queues);
+  return (conc != 0 || order != 0) ? 1 : 0;
+}
