@@ -1,0 +1,254 @@
+/* test-internal.c: the engine's internal data structures against simple
+ * models: the source id map, the timer heap, the MPSC queue, the job cache.
+ * Linked against the static copy of the library (weft_internal_dep).
+ */
+#include "weft-context-private.h"
+
+/* ---- id map ------------------------------------------------------------ */
+
+static void
+test_idmap_model (void)
+{
+  g_test_summary ("The id map agrees with a GHashTable over random inserts, lookups "
+                  "and removals, including ids that wrap the table and collide");
+
+  WeftIdMap map;
+  GHashTable *model = g_hash_table_new (g_direct_hash, g_direct_equal);
+  GRand *rand = g_rand_new_with_seed (42);
+  guint next_id = 1;
+
+  weft__idmap_init (&map);
+  for (guint step = 0; step < 200000; step++)
+    {
+      guint op = g_rand_int_range (rand, 0, 10);
+      if (op < 5)
+        {
+          /* Mostly sequential ids, sometimes a jump so keys collide. */
+          guint key = g_rand_int_range (rand, 0, 20) == 0 ? (guint) g_rand_int_range (rand, 1, 1 << 20)
+                                                           : next_id++;
+          if (g_hash_table_contains (model, GUINT_TO_POINTER (key)))
+            continue;
+          weft__idmap_insert (&map, key, GUINT_TO_POINTER (key ^ 0x5a5a));
+          g_hash_table_insert (model, GUINT_TO_POINTER (key), GUINT_TO_POINTER (key ^ 0x5a5a));
+        }
+      else if (op < 8)
+        {
+          guint key = g_rand_int_range (rand, 1, next_id + 1);
+          gpointer want = g_hash_table_lookup (model, GUINT_TO_POINTER (key));
+          gpointer got = weft__idmap_remove (&map, key);
+          g_assert_true (got == want);
+          g_hash_table_remove (model, GUINT_TO_POINTER (key));
+        }
+      else
+        {
+          guint key = g_rand_int_range (rand, 1, next_id + 1);
+          g_assert_true (weft__idmap_lookup (&map, key) ==
+                         g_hash_table_lookup (model, GUINT_TO_POINTER (key)));
+        }
+      g_assert_cmpuint (map.len, ==, g_hash_table_size (model));
+    }
+
+  GPtrArray *all = g_ptr_array_new ();
+  weft__idmap_steal_all (&map, all);
+  g_assert_cmpuint (all->len, ==, g_hash_table_size (model));
+  g_assert_cmpuint (map.len, ==, 0);
+  g_ptr_array_unref (all);
+  weft__idmap_clear (&map);
+  g_hash_table_unref (model);
+  g_rand_free (rand);
+}
+
+static void
+test_idmap_remove_in_order (void)
+{
+  g_test_summary ("Removing 100k sequential ids in insertion order leaves every other "
+                  "id findable (the backward shift keeps runs intact)");
+
+  WeftIdMap map;
+  weft__idmap_init (&map);
+  for (guint k = 1; k <= 100000; k++)
+    weft__idmap_insert (&map, k, GUINT_TO_POINTER (k));
+  for (guint k = 1; k <= 100000; k++)
+    {
+      g_assert_true (weft__idmap_remove (&map, k) == GUINT_TO_POINTER (k));
+      if (k % 9973 == 0 && k < 100000)
+        g_assert_true (weft__idmap_lookup (&map, k + 1) == GUINT_TO_POINTER (k + 1));
+    }
+  g_assert_cmpuint (map.len, ==, 0);
+  weft__idmap_clear (&map);
+}
+
+/* ---- heap -------------------------------------------------------------- */
+
+typedef struct {
+  gint64 deadline;
+  guint index;
+  guint serial;
+} Item;
+
+static void
+item_set_index (gpointer item, guint index)
+{
+  ((Item *) item)->index = index;
+}
+
+static void
+test_heap_order_and_cancel (void)
+{
+  g_test_summary ("The heap pops in (deadline, insertion) order after random inserts and "
+                  "cancels, and every item's stored index names its slot");
+
+  GRand *rand = g_rand_new_with_seed (7);
+  WeftHeap heap;
+  guint n = 20000;
+  Item *items = g_new0 (Item, n);
+  gboolean *cancelled = g_new0 (gboolean, n);
+
+  weft__heap_init (&heap, item_set_index);
+  for (guint i = 0; i < n; i++)
+    {
+      items[i].deadline = g_rand_int_range (rand, 0, 1000); /* many ties */
+      items[i].serial = i;
+      weft__heap_insert (&heap, items[i].deadline, &items[i]);
+    }
+  for (guint i = 0; i < n; i += 3)
+    {
+      weft__heap_remove (&heap, items[i].index);
+      g_assert_cmpuint (items[i].index, ==, WEFT_HEAP_NONE);
+      cancelled[i] = TRUE;
+    }
+  for (guint i = 0; i < heap.len; i++)
+    g_assert_cmpuint (((Item *) heap.v[i].item)->index, ==, i);
+
+  gint64 last_deadline = -1;
+  gint last_serial = -1;
+  guint popped = 0;
+  WeftHeapEntry *top;
+  while ((top = weft__heap_peek (&heap)) != NULL)
+    {
+      Item *it = top->item;
+      g_assert_false (cancelled[it->serial]);
+      g_assert_cmpint (it->deadline, >=, last_deadline);
+      if (it->deadline == last_deadline)
+        g_assert_cmpint ((gint) it->serial, >, last_serial);
+      last_deadline = it->deadline;
+      last_serial = (gint) it->serial;
+      weft__heap_remove (&heap, 0);
+      popped++;
+    }
+  g_assert_cmpuint (popped, ==, n - (n + 2) / 3);
+  weft__heap_clear (&heap);
+  g_free (items);
+  g_free (cancelled);
+  g_rand_free (rand);
+}
+
+/* ---- MPSC queue -------------------------------------------------------- */
+
+typedef struct {
+  WeftNode node;
+  guint producer;
+  guint seq;
+} QNode;
+
+#define PRODUCERS 4
+#define PER_PRODUCER 50000
+
+static WeftMpsc queue;
+
+static gpointer
+producer_main (gpointer data)
+{
+  guint p = GPOINTER_TO_UINT (data);
+  QNode *nodes = g_new0 (QNode, PER_PRODUCER);
+  for (guint i = 0; i < PER_PRODUCER; i++)
+    {
+      nodes[i].producer = p;
+      nodes[i].seq = i;
+      weft__mpsc_push (&queue, &nodes[i].node);
+    }
+  return nodes;
+}
+
+static void
+test_mpsc_fifo_per_producer (void)
+{
+  g_test_summary ("With 4 producers pushing concurrently, the consumer gets every node "
+                  "once, each producer's nodes in push order, and the queue ends empty");
+
+  GThread *threads[PRODUCERS];
+  guint next[PRODUCERS] = { 0 };
+  guint total = 0;
+
+  weft__mpsc_init (&queue);
+  for (guint p = 0; p < PRODUCERS; p++)
+    threads[p] = g_thread_new ("producer", producer_main, GUINT_TO_POINTER (p));
+
+  gint64 deadline = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
+  while (total < PRODUCERS * PER_PRODUCER)
+    {
+      WeftNode *n = weft__mpsc_pop (&queue);
+      if (n == NULL)
+        {
+          g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+          continue;
+        }
+      QNode *q = (QNode *) n;
+      g_assert_cmpuint (q->seq, ==, next[q->producer]);
+      next[q->producer]++;
+      total++;
+    }
+  for (guint p = 0; p < PRODUCERS; p++)
+    g_free (g_thread_join (threads[p]));
+  g_assert_null (weft__mpsc_pop (&queue));
+  g_assert_false (weft__mpsc_nonempty (&queue));
+}
+
+/* ---- job cache --------------------------------------------------------- */
+
+static gpointer
+free_jobs (gpointer data)
+{
+  GPtrArray *jobs = data;
+  for (guint i = 0; i < jobs->len; i++)
+    weft__job_free (jobs->pdata[i]);
+  return NULL;
+}
+
+static void
+test_jobcache_cross_thread (void)
+{
+  g_test_summary ("Job nodes allocated on one thread and freed on another come back "
+                  "distinct and usable; no node is handed out twice");
+
+  for (guint round = 0; round < 5; round++)
+    {
+      GPtrArray *jobs = g_ptr_array_new ();
+      GHashTable *seen = g_hash_table_new (g_direct_hash, g_direct_equal);
+      for (guint i = 0; i < 3000; i++)
+        {
+          WeftJob *j = weft__job_alloc ();
+          g_assert_false (g_hash_table_contains (seen, j));
+          g_hash_table_add (seen, j);
+          j->user_data = GUINT_TO_POINTER (i);
+          g_ptr_array_add (jobs, j);
+        }
+      for (guint i = 0; i < jobs->len; i++)
+        g_assert_cmpuint (GPOINTER_TO_UINT (((WeftJob *) jobs->pdata[i])->user_data), ==, i);
+      g_thread_join (g_thread_new ("freer", free_jobs, jobs));
+      g_ptr_array_unref (jobs);
+      g_hash_table_unref (seen);
+    }
+}
+
+int
+main (int argc, char *argv[])
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/internal/idmap-model", test_idmap_model);
+  g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
+  g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
+  g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
+  g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
+  return g_test_run ();
+}

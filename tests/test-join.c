@@ -1,0 +1,353 @@
+/* test-join.c: join points: eager and lazy continuations, posted tasks.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-test-util.h"
+
+typedef struct {
+  WeftEngine *engine;
+  WeftContext *ctx;           /* lazy: the context the continuation must run on */
+  WeftJoin *join;
+  gint n;
+  atomic_int tasks_done;      /* incremented before weft_join_done() */
+  atomic_int tasks_returned;  /* incremented after it */
+  atomic_int cont_runs;
+  atomic_int cont_saw_tasks;  /* tasks_done as seen by the continuation */
+  atomic_int cont_on_worker;
+  atomic_int cont_current_ok;
+  _Atomic (GThread *) cont_thread;
+  atomic_int notified;
+  atomic_int notified_before_cont;
+  /* Results written by plain tasks, read by the continuation. */
+  guint64 results[100];
+  atomic_int results_ok;
+} J;
+
+static void
+j_continuation (gpointer data)
+{
+  J *j = data;
+  atomic_store (&j->cont_saw_tasks, atomic_load (&j->tasks_done));
+  atomic_store (&j->cont_on_worker,
+                j->engine != NULL && weft_engine_is_worker_thread (j->engine) ? 1 : 0);
+  atomic_store (&j->cont_current_ok, weft_context_get_current () == j->ctx ? 1 : 0);
+  atomic_store (&j->cont_thread, g_thread_self ());
+  gint ok = 1;
+  for (guint i = 0; i < G_N_ELEMENTS (j->results); i++)
+    if (j->results[i] != (guint64) i * i)
+      ok = 0;
+  atomic_store (&j->results_ok, ok);
+  atomic_fetch_add (&j->cont_runs, 1);
+}
+
+static void
+j_notify (gpointer data)
+{
+  J *j = data;
+  if (atomic_load (&j->cont_runs) == 0)
+    atomic_fetch_add (&j->notified_before_cont, 1);
+  atomic_fetch_add (&j->notified, 1);
+}
+
+static void
+j_task (gpointer data)
+{
+  J *j = data;
+  atomic_fetch_add (&j->tasks_done, 1);
+  weft_join_done (j->join);
+  atomic_fetch_add (&j->tasks_returned, 1);
+}
+
+/* ---- /join/eager ------------------------------------------------------- */
+
+static void
+test_eager (void)
+{
+  g_test_summary ("Without a context the continuation runs exactly once, after all tasks "
+                  "ended, on the thread that ended the last one");
+
+  WeftEngine *engine = wt_engine_new (2);
+  const gint n = 8;
+
+  /* The test thread ends the last task. */
+  J *j = g_new0 (J, 1);
+  j->engine = engine;
+  j->n = n;
+  j->join = weft_join_new (n, NULL, j_continuation, j, j_notify);
+  g_assert_nonnull (j->join);
+  for (gint i = 0; i < n - 1; i++)
+    g_assert_true (weft_engine_post (engine, j_task, j, NULL));
+  WT_WAIT_UNTIL (atomic_load (&j->tasks_returned) == n - 1);
+  g_assert_cmpint (atomic_load (&j->tasks_returned), ==, n - 1);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 0);
+  g_assert_false (weft_join_is_complete (j->join));
+
+  atomic_fetch_add (&j->tasks_done, 1);
+  weft_join_done (j->join);
+  /* Ran synchronously, right here. */
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_true (atomic_load (&j->cont_thread) == g_thread_self ());
+  g_assert_cmpint (atomic_load (&j->cont_saw_tasks), ==, n);
+  g_assert_cmpint (atomic_load (&j->cont_on_worker), ==, 0);
+  g_assert_true (weft_join_is_complete (j->join));
+  weft_join_unref (j->join);
+  WT_WAIT_UNTIL (atomic_load (&j->notified) == 1);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_free (j);
+
+  /* Workers end every task: the continuation runs on one of them. */
+  for (gint round = 0; round < 20; round++)
+    {
+      j = g_new0 (J, 1);
+      j->engine = engine;
+      j->n = n;
+      j->join = weft_join_new (n, NULL, j_continuation, j, j_notify);
+      for (gint i = 0; i < n; i++)
+        g_assert_true (weft_engine_post (engine, j_task, j, NULL));
+      WT_WAIT_UNTIL (atomic_load (&j->tasks_returned) == n);
+      g_assert_cmpint (atomic_load (&j->tasks_returned), ==, n);
+      g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+      g_assert_cmpint (atomic_load (&j->cont_saw_tasks), ==, n);
+      g_assert_cmpint (atomic_load (&j->cont_on_worker), ==, 1);
+      g_assert_true (weft_join_is_complete (j->join));
+      weft_join_unref (j->join);
+      WT_WAIT_UNTIL (atomic_load (&j->notified) == 1);
+      g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+      g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+      g_free (j);
+    }
+
+  weft_engine_unref (engine);
+}
+
+/* ---- /join/lazy -------------------------------------------------------- */
+
+static void
+test_lazy (void)
+{
+  g_test_summary ("With a context the continuation is posted to it: it runs once, inside "
+                  "that context, not synchronously on the thread that ended the last task, "
+                  "and not before the context is dispatched");
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  const gint n = 3;
+  J *j = g_new0 (J, 1);
+
+  j->engine = engine;
+  j->ctx = ctx;
+  j->n = n;
+  j->join = weft_join_new (n, ctx, j_continuation, j, j_notify);
+  for (gint i = 0; i < n - 1; i++)
+    g_assert_true (weft_engine_post (engine, j_task, j, NULL));
+  WT_WAIT_UNTIL (atomic_load (&j->tasks_returned) == n - 1);
+  g_assert_cmpint (atomic_load (&j->tasks_returned), ==, n - 1);
+  atomic_fetch_add (&j->tasks_done, 1);
+  weft_join_done (j->join);
+  g_assert_true (weft_join_is_complete (j->join));
+
+  /* The context is not dispatched yet: the continuation waits in it. */
+  wt_quiet_window_ms (30);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 0);
+
+  weft_context_dispatch (ctx);
+  WT_WAIT_UNTIL (atomic_load (&j->cont_runs) == 1);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_cmpint (atomic_load (&j->cont_current_ok), ==, 1);
+  g_assert_cmpint (atomic_load (&j->cont_on_worker), ==, 1);
+  g_assert_true (atomic_load (&j->cont_thread) != g_thread_self ());
+  g_assert_cmpint (atomic_load (&j->cont_saw_tasks), ==, n);
+
+  weft_join_unref (j->join);
+  WT_WAIT_UNTIL (atomic_load (&j->notified) == 1);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+  wt_quiet_window_ms (20);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (j);
+}
+
+/* ---- /join/post -------------------------------------------------------- */
+
+typedef struct {
+  J *j;
+  guint index;
+} Task;
+
+static atomic_int task_notified;
+static atomic_int task_bad_current;
+
+static void
+square_task (gpointer data)
+{
+  Task *t = data;
+  if (t->j->ctx != NULL && weft_context_get_current () != t->j->ctx)
+    atomic_fetch_add (&task_bad_current, 1);
+  t->j->results[t->index] = (guint64) t->index * t->index;   /* plain write */
+  atomic_fetch_add (&t->j->tasks_done, 1);
+}
+
+static void
+task_notify (gpointer data)
+{
+  atomic_fetch_add (&task_notified, 1);
+  g_free (data);
+}
+
+static void
+run_post_test (gboolean to_context)
+{
+  WeftEngine *engine = wt_engine_new (4);
+  WeftContext *ctx = to_context ? weft_context_new (engine) : NULL;
+  J *j = g_new0 (J, 1);
+
+  atomic_store (&task_notified, 0);
+  atomic_store (&task_bad_current, 0);
+  if (ctx != NULL)
+    weft_context_dispatch (ctx);
+  j->engine = engine;
+  j->ctx = NULL;    /* eager continuation: it checks get_current () == NULL */
+  /* One guard task held by the test, so the count cannot reach zero while
+   * tasks are still being posted. */
+  j->join = weft_join_new (1, NULL, j_continuation, j, j_notify);
+  for (guint i = 0; i < 100; i++)
+    {
+      Task *t = g_new (Task, 1);
+      *t = (Task) { j, i };
+      gboolean ok;
+      if (to_context)
+        ok = weft_join_post_to_context (j->join, ctx, square_task, t, task_notify);
+      else
+        ok = weft_join_post (j->join, engine, square_task, t, task_notify);
+      g_assert_true (ok);
+    }
+  g_assert_false (weft_join_is_complete (j->join));
+  weft_join_done (j->join);
+
+  WT_WAIT_UNTIL (atomic_load (&j->cont_runs) == 1 && atomic_load (&task_notified) == 100);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_cmpint (atomic_load (&j->cont_saw_tasks), ==, 100);
+  g_assert_cmpint (atomic_load (&j->results_ok), ==, 1);
+  g_assert_cmpint (atomic_load (&task_notified), ==, 100);
+  g_assert_cmpint (atomic_load (&task_bad_current), ==, 0);
+  g_assert_true (weft_join_is_complete (j->join));
+
+  weft_join_unref (j->join);
+  WT_WAIT_UNTIL (atomic_load (&j->notified) == 1);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+
+  if (ctx != NULL)
+    weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (j);
+}
+
+static void
+test_post (void)
+{
+  g_test_summary ("weft_join_post() of 100 tasks to the engine: the continuation runs once, "
+                  "after all of them, and sees every result they wrote");
+  run_post_test (FALSE);
+}
+
+static void
+test_post_to_context (void)
+{
+  g_test_summary ("weft_join_post_to_context() of 100 tasks: they run on the context, and "
+                  "the continuation sees every result");
+  run_post_test (TRUE);
+}
+
+/* ---- /join/post-fails -------------------------------------------------- */
+
+static void
+test_post_fails (void)
+{
+  g_test_summary ("A weft_join_post_to_context() that fails (destroyed context) returns "
+                  "FALSE, calls the task's notify, and still ends its task");
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  J *j = g_new0 (J, 1);
+  WtCount c = { 0 };
+
+  weft_context_destroy (ctx);
+  j->engine = engine;
+  j->join = weft_join_new (1, NULL, j_continuation, j, j_notify);
+  g_assert_false (weft_join_post_to_context (j->join, ctx, wt_count_job, &c, wt_count_notify));
+  g_assert_cmpint (atomic_load (&c.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&c.ran), ==, 0);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 0);
+  g_assert_false (weft_join_is_complete (j->join));
+
+  weft_join_done (j->join);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_true (weft_join_is_complete (j->join));
+  weft_join_unref (j->join);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (j);
+}
+
+/* ---- /join/add --------------------------------------------------------- */
+
+static void
+test_add (void)
+{
+  g_test_summary ("weft_join_add() before completion raises the count: the continuation "
+                  "waits for the added tasks too");
+
+  J *j = g_new0 (J, 1);
+  j->join = weft_join_new (1, NULL, j_continuation, j, j_notify);
+  weft_join_add (j->join, 2);
+
+  for (gint i = 0; i < 2; i++)
+    {
+      atomic_fetch_add (&j->tasks_done, 1);
+      weft_join_done (j->join);
+      g_assert_false (weft_join_is_complete (j->join));
+      g_assert_cmpint (atomic_load (&j->cont_runs), ==, 0);
+    }
+  weft_join_add (j->join, 1);
+  atomic_fetch_add (&j->tasks_done, 1);
+  weft_join_done (j->join);
+  g_assert_false (weft_join_is_complete (j->join));
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 0);
+
+  atomic_fetch_add (&j->tasks_done, 1);
+  weft_join_done (j->join);
+  g_assert_true (weft_join_is_complete (j->join));
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_cmpint (atomic_load (&j->cont_saw_tasks), ==, 4);
+
+  WeftJoin *extra = weft_join_ref (j->join);
+  weft_join_unref (j->join);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  weft_join_unref (extra);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+  g_free (j);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+
+  g_test_add_func ("/join/eager", test_eager);
+  g_test_add_func ("/join/lazy", test_lazy);
+  g_test_add_func ("/join/post", test_post);
+  g_test_add_func ("/join/post-to-context", test_post_to_context);
+  g_test_add_func ("/join/post-fails", test_post_fails);
+  g_test_add_func ("/join/add", test_add);
+
+  return g_test_run ();
+}

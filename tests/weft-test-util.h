@@ -1,0 +1,252 @@
+/* weft-test-util.h: helpers shared by the Weft test programs.
+ *
+ * Synchronisation between the test thread and callbacks uses C11 atomics and
+ * pthread mutexes/condition variables, never GMutex/GCond: GLib's locks are
+ * futex based and invisible to ThreadSanitizer, which would then report
+ * false races in the tests.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include <weft.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How long a test waits for something that must happen. Generous, because
+ * sanitizer builds on loaded machines are slow; a passing run never waits
+ * this long. */
+#define WT_DEADLINE_US (10 * G_USEC_PER_SEC)
+
+/* Polls @cond every millisecond until it holds or WT_DEADLINE_US passed.
+ * Does not assert: follow it with a g_assert_cmp* on the same values, so a
+ * failure prints them. */
+#define WT_WAIT_UNTIL(cond)                                                   \
+  G_STMT_START                                                                \
+  {                                                                           \
+    gint64 wt_deadline_ = g_get_monotonic_time () + WT_DEADLINE_US;           \
+    while (!(cond) && g_get_monotonic_time () < wt_deadline_)                 \
+      g_usleep (1000);                                                        \
+  }                                                                           \
+  G_STMT_END
+
+/* A window in which nothing is supposed to happen. Never used to wait for
+ * something that should happen. */
+static inline void
+wt_quiet_window_ms (guint ms)
+{
+  g_usleep ((gulong) ms * 1000);
+}
+
+static inline gint
+wt_load (atomic_int *p)
+{
+  return atomic_load (p);
+}
+
+/* ---- counting callbacks ---------------------------------------------- */
+
+/* One job or source: how often its function ran and its notify was called.
+ * The notify also records whether the function was inside when it ran. */
+typedef struct {
+  atomic_int ran;
+  atomic_int notified;
+  atomic_int inside;            /* the function is executing right now */
+  atomic_int notify_while_inside;
+} WtCount;
+
+static inline void
+wt_count_job (gpointer data)
+{
+  WtCount *c = data;
+  atomic_fetch_add (&c->inside, 1);
+  atomic_fetch_add (&c->ran, 1);
+  atomic_fetch_sub (&c->inside, 1);
+}
+
+static inline void
+wt_count_notify (gpointer data)
+{
+  WtCount *c = data;
+  if (atomic_load (&c->inside) != 0)
+    atomic_fetch_add (&c->notify_while_inside, 1);
+  atomic_fetch_add (&c->notified, 1);
+}
+
+static inline gboolean
+wt_count_source_remove (gpointer data)
+{
+  wt_count_job (data);
+  return G_SOURCE_REMOVE;
+}
+
+static inline gboolean
+wt_count_source_continue (gpointer data)
+{
+  wt_count_job (data);
+  return G_SOURCE_CONTINUE;
+}
+
+/* ---- a gate a job can block on ----------------------------------------- */
+
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  gboolean open;        /* HOLDS: lock */
+  atomic_int entered;   /* callers that reached wt_gate_wait() */
+  atomic_int left;      /* callers that returned from it */
+} WtGate;
+
+static inline void
+wt_gate_init (WtGate *g)
+{
+  pthread_mutex_init (&g->lock, NULL);
+  pthread_cond_init (&g->cond, NULL);
+  g->open = FALSE;
+  atomic_init (&g->entered, 0);
+  atomic_init (&g->left, 0);
+}
+
+static inline void
+wt_gate_clear (WtGate *g)
+{
+  pthread_cond_destroy (&g->cond);
+  pthread_mutex_destroy (&g->lock);
+}
+
+/* Blocks until the gate opens. A safety limit keeps a broken test from
+ * hanging forever; the test then fails on its own assertions. */
+static inline void
+wt_gate_wait (WtGate *g)
+{
+  gint64 deadline = g_get_monotonic_time () + 6 * WT_DEADLINE_US;
+  atomic_fetch_add (&g->entered, 1);
+  pthread_mutex_lock (&g->lock);
+  while (!g->open && g_get_monotonic_time () < deadline)
+    {
+      struct timespec ts;
+      clock_gettime (CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 10 * 1000 * 1000;
+      if (ts.tv_nsec >= 1000000000)
+        {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000;
+        }
+      pthread_cond_timedwait (&g->cond, &g->lock, &ts);
+    }
+  pthread_mutex_unlock (&g->lock);
+  atomic_fetch_add (&g->left, 1);
+}
+
+static inline void
+wt_gate_open (WtGate *g)
+{
+  pthread_mutex_lock (&g->lock);
+  g->open = TRUE;
+  pthread_cond_broadcast (&g->cond);
+  pthread_mutex_unlock (&g->lock);
+}
+
+static inline void
+wt_gate_job (gpointer data)
+{
+  wt_gate_wait (data);
+}
+
+/* ---- engines ----------------------------------------------------------- */
+
+static inline WeftEngine *
+wt_engine_new (guint n_workers)
+{
+  GError *error = NULL;
+  WeftEngine *engine = weft_engine_new (n_workers, &error);
+  g_assert_no_error (error);
+  g_assert_nonnull (engine);
+  return engine;
+}
+
+static inline WeftEngineStats
+wt_stats (WeftEngine *engine)
+{
+  WeftEngineStats s;
+  memset (&s, 0, sizeof s);
+  weft_engine_get_stats (engine, &s);
+  return s;
+}
+
+/* Waits until every worker sleeps in the poller: the engine is idle. */
+static inline void
+wt_wait_engine_idle (WeftEngine *engine)
+{
+  guint n = weft_engine_get_n_workers (engine);
+  WT_WAIT_UNTIL (wt_stats (engine).n_sleeping == n);
+  g_assert_cmpuint (wt_stats (engine).n_sleeping, ==, n);
+}
+
+/* ---- fds --------------------------------------------------------------- */
+
+static inline void
+wt_pipe (int fds[2])
+{
+  int r = pipe2 (fds, O_CLOEXEC | O_NONBLOCK);
+  g_assert_cmpint (r, ==, 0);
+}
+
+static inline void
+wt_write_byte (int fd)
+{
+  ssize_t n;
+  do
+    n = write (fd, "x", 1);
+  while (n < 0 && errno == EINTR);
+  g_assert_cmpint (n, ==, 1);
+}
+
+static inline gboolean
+wt_fd_is_open (int fd)
+{
+  return fcntl (fd, F_GETFD) != -1;
+}
+
+static inline void
+wt_close (int fd)
+{
+  g_assert_cmpint (close (fd), ==, 0);
+}
+
+/* ---- misc -------------------------------------------------------------- */
+
+/* xorshift64*: a per-thread generator (GLib's g_test_rand_* is not
+ * thread safe). */
+static inline guint64
+wt_rand_next (guint64 *state)
+{
+  guint64 x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * G_GUINT64_CONSTANT (2685821657736338717);
+}
+
+static inline guint
+wt_rand_below (guint64 *state, guint n)
+{
+  return (guint) ((wt_rand_next (state) >> 33) % n);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define WT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define WT_SANITIZED 1
+#endif
+#endif
+#ifndef WT_SANITIZED
+#define WT_SANITIZED 0
+#endif
