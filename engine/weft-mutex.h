@@ -1,5 +1,5 @@
 /* weft-mutex.h: the library's locks are plain pthread mutexes, not WeftMutex:
- * GLib's WeftMutex is futex-based inside an uninstrumented libglib, so
+ * GLib's GMutex is futex-based inside an uninstrumented libglib, so
  * ThreadSanitizer cannot see its happens-before edges, and the TSan run of
  * the suite would drown in false reports.
  *

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# .ci/setup.sh: install what building, testing, the sanitizer runs and the
+# bench programs need on Debian 12. Run as root. Idempotent: when every
+# package is already installed it does not touch apt at all, so it is fast
+# and works offline.
+set -euo pipefail
+
+packages=(
+  build-essential   # gcc, libc6-dev, make
+  meson
+  ninja-build
+  pkg-config
+  libglib2.0-dev    # glib-2.0 / gobject-2.0 >= 2.74
+  python3           # examples/demo-smoke.py
+  libuv1-dev        # bench/ comparisons (bench=true by default)
+  libevent-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  if [ "$status" != "installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: missing packages: ${missing[*]}; run as root to install them" >&2
+  exit 1
+fi
+
+echo "setup.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
