@@ -166,6 +166,7 @@ struct _WeftEngine {
   WeftHeap ctx_heap;        /* HOLDS: timer_lock */
   int timer_fd;
   gint64 timer_armed;       /* HOLDS: timer_lock; deadline the timerfd is set to */
+  gint64 timer_slack;       /* HOLDS: timer_lock; ns a wake-up may be delayed to batch */
 
   /* Signals (weft-signals.c). */
   WeftMutex signal_lock;

@@ -74,6 +74,11 @@ gboolean weft_engine_post_front (WeftEngine *self, WeftJobFunc func, gpointer us
                                  GDestroyNotify notify);
 
 WEFT_AVAILABLE_IN_ALL
+void weft_engine_set_timer_slack (WeftEngine *self, guint64 slack_us);
+WEFT_AVAILABLE_IN_ALL
+guint64 weft_engine_get_timer_slack (WeftEngine *self);
+
+WEFT_AVAILABLE_IN_ALL
 void weft_engine_get_stats (WeftEngine *self, WeftEngineStats *stats);
 WEFT_AVAILABLE_IN_ALL
 WeftEngineStats *weft_engine_stats_copy (const WeftEngineStats *stats);

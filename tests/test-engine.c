@@ -884,6 +884,78 @@ test_stop_from_worker_is_critical (void)
   g_test_trap_assert_passed ();
 }
 
+/* ---- /engine/timer-slack ------------------------------------------------ */
+
+#define SLACK_TIMERS 10
+
+typedef struct {
+  gint64 due[SLACK_TIMERS];      /* monotonic us, set before the add */
+  gint64 fired[SLACK_TIMERS];    /* written by the context, read after the wait */
+  atomic_int n_fired;
+  atomic_int early;
+} SlackProbe;
+
+typedef struct {
+  SlackProbe *probe;
+  int index;
+} SlackTimer;
+
+static gboolean
+slack_timeout (gpointer data)
+{
+  SlackTimer *t = data;
+  gint64 now = g_get_monotonic_time ();
+  t->probe->fired[t->index] = now;
+  if (now < t->probe->due[t->index])
+    atomic_fetch_add (&t->probe->early, 1);
+  atomic_fetch_add (&t->probe->n_fired, 1);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+test_timer_slack (void)
+{
+  g_test_summary ("With a timer slack, timeouts due within the slack of the earliest are "
+                  "served by one wake-up, in deadline order, and none fires before its "
+                  "deadline; the slack reads back as set");
+
+  WeftEngine *engine = wt_engine_new (1);
+  g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, 50);
+  weft_engine_set_timer_slack (engine, 200 * 1000);
+  g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, 200 * 1000);
+
+  WeftContext *ctx = weft_context_new (engine);
+  SlackProbe probe = { 0 };
+  SlackTimer timers[SLACK_TIMERS];
+  weft_context_dispatch (ctx);
+
+  /* Ten timeouts 5 ms apart, all within the 200 ms slack of the first. */
+  WeftEngineStats s0 = wt_stats (engine);
+  for (int i = 0; i < SLACK_TIMERS; i++)
+    {
+      timers[i].probe = &probe;
+      timers[i].index = i;
+      probe.due[i] = g_get_monotonic_time () + (10 + 5 * i) * 1000;
+      g_assert_cmpuint (weft_context_add_timeout (ctx, 10 + 5 * i, slack_timeout, &timers[i],
+                                                  NULL), >, 0);
+    }
+  WT_WAIT_UNTIL (atomic_load (&probe.n_fired) == SLACK_TIMERS);
+  WeftEngineStats s1 = wt_stats (engine);
+
+  g_assert_cmpint (atomic_load (&probe.early), ==, 0);
+  for (int i = 1; i < SLACK_TIMERS; i++)
+    g_assert_cmpint (probe.fired[i], >=, probe.fired[i - 1]);
+  /* All ten fired after the first one's deadline plus the slack... */
+  g_assert_cmpint (probe.fired[0], >=, probe.due[0] + 200 * 1000 - 1000);
+  /* ...from one timerfd wake-up, not ten: the worker polled at most a few
+   * times (the wake-up itself, and the post that added them may add one). */
+  g_assert_cmpuint (s1.timers_fired - s0.timers_fired, ==, SLACK_TIMERS);
+  g_assert_cmpuint (s1.polls - s0.polls, <=, 3);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -902,6 +974,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/stats", test_stats);
   g_test_add_func ("/engine/idle-no-wakeups", test_idle_no_wakeups);
   g_test_add_func ("/engine/wakeups-batched", test_wakeups_batched);
+  g_test_add_func ("/engine/timer-slack", test_timer_slack);
   g_test_add_func ("/engine/misuse", test_misuse);
   g_test_add_func ("/engine/stop-from-worker-is-critical", test_stop_from_worker_is_critical);
 
