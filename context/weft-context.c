@@ -242,9 +242,11 @@ weft__context_run (WeftContext *self)
           self->idles_due = TRUE;
           if (--budget == 0)
             {
-              /* Keep SCHEDULED and its reference; go to the back of the line. */
+              /* Keep SCHEDULED and its reference; go to the back of the line.
+               * No wake-up: this worker is awake and looks at the queue next,
+               * and whatever else is queued already had its wake. */
               tls_current = prev;
-              weft__context_enqueue (self);
+              weft__engine_requeue (self->engine, &self->run_node);
               return;
             }
           continue;

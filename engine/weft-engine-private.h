@@ -181,6 +181,9 @@ void weft__engine_internal_unref (WeftEngine *self);
  * wakes a sleeping worker if there is one. */
 void weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent);
 void weft__engine_wake (WeftEngine *self);
+/* Puts a context that a worker is about to let go of back on the run
+ * queue without waking anyone: that worker polls the queue next. */
+void weft__engine_requeue (WeftEngine *self, WeftNode *node);
 gboolean weft__engine_refuses (WeftEngine *self);
 
 /* The worker this thread is, or NULL. */

@@ -470,6 +470,17 @@ weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent)
   weft__engine_wake (self);
 }
 
+void
+weft__engine_requeue (WeftEngine *self, WeftNode *node)
+{
+  if (G_UNLIKELY (atomic_load_explicit (&self->dead, memory_order_acquire)))
+    {
+      weft__context_run_dropping ((WeftContext *) node);
+      return;
+    }
+  weft__mpsc_push (&self->runq, node);
+}
+
 static gboolean
 post (WeftEngine *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
       gboolean urgent)
