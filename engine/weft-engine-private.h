@@ -157,6 +157,7 @@ struct _WeftEngine {
   WeftMutex lock;              /* start/stop, drain waits */
   WeftCond cond;
   gboolean running;         /* HOLDS: lock */
+  gboolean joining;         /* HOLDS: lock; a stop is joining the workers */
   WeftWorker *workers;      /* allocated at the first start, reused */
 
   WeftFdTable *fdtable;

@@ -213,6 +213,8 @@ weft_engine_start (WeftEngine *self, GError **error)
   g_return_val_if_fail (!atomic_load (&self->dead), FALSE);
 
   weft__mutex_lock (&self->lock);
+  while (self->joining)
+    pthread_cond_wait (&self->cond, &self->lock);
   if (self->running)
     {
       weft__mutex_unlock (&self->lock);
@@ -314,11 +316,15 @@ weft_engine_stop (WeftEngine *self)
     }
 
   weft__mutex_lock (&self->lock);
+  /* A second stopper waits for the first instead of joining twice. */
+  while (self->joining)
+    pthread_cond_wait (&self->cond, &self->lock);
   if (!self->running)
     {
       weft__mutex_unlock (&self->lock);
       return;
     }
+  self->joining = TRUE;
   atomic_store (&self->stopping, 1);
   weft__eventfd_signal (self->stop_fd);
   weft__mutex_unlock (&self->lock);
@@ -327,13 +333,15 @@ weft_engine_stop (WeftEngine *self)
     if (self->workers[i].thread != NULL)
       g_thread_join (self->workers[i].thread);
 
+  drop_queued (self, TRUE);
+
   weft__mutex_lock (&self->lock);
   for (guint i = 0; i < self->n_workers; i++)
     self->workers[i].thread = NULL;
   self->running = FALSE;
+  self->joining = FALSE;
+  weft__cond_broadcast (&self->cond);
   weft__mutex_unlock (&self->lock);
-
-  drop_queued (self, TRUE);
 }
 
 static gboolean

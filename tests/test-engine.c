@@ -884,6 +884,38 @@ test_stop_from_worker_is_critical (void)
   g_test_trap_assert_passed ();
 }
 
+/* ---- /engine/concurrent-stop -------------------------------------------- */
+
+static gpointer
+stop_thread (gpointer data)
+{
+  weft_engine_stop (data);
+  return NULL;
+}
+
+static void
+test_concurrent_stop (void)
+{
+  g_test_summary ("Several threads stopping and restarting one engine at once each return "
+                  "with the engine stopped or running, never joining a worker twice");
+
+  WeftEngine *engine = wt_engine_new (2);
+  for (int round = 0; round < 20; round++)
+    {
+      GThread *t[4];
+      for (int i = 0; i < 4; i++)
+        t[i] = g_thread_new ("stopper", stop_thread, engine);
+      for (int i = 0; i < 4; i++)
+        g_thread_join (t[i]);
+      g_assert_false (weft_engine_is_running (engine));
+      GError *error = NULL;
+      g_assert_true (weft_engine_start (engine, &error));
+      g_assert_no_error (error);
+      g_assert_true (weft_engine_is_running (engine));
+    }
+  weft_engine_unref (engine);
+}
+
 /* ---- /engine/timer-slack ------------------------------------------------ */
 
 #define SLACK_TIMERS 10
@@ -974,6 +1006,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/stats", test_stats);
   g_test_add_func ("/engine/idle-no-wakeups", test_idle_no_wakeups);
   g_test_add_func ("/engine/wakeups-batched", test_wakeups_batched);
+  g_test_add_func ("/engine/concurrent-stop", test_concurrent_stop);
   g_test_add_func ("/engine/timer-slack", test_timer_slack);
   g_test_add_func ("/engine/misuse", test_misuse);
   g_test_add_func ("/engine/stop-from-worker-is-critical", test_stop_from_worker_is_critical);
