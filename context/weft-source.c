@@ -75,6 +75,9 @@ weft__source_finalize (WeftSource *source)
       weft__signal_source_unref ((WeftSignalSource *) source);
       return;
     case WEFT_SOURCE_TIMEOUT:
+      weft__source_call_notify (source);
+      weft__cache_free (WEFT_CACHE_TIMEOUT, source);
+      return;
     case WEFT_SOURCE_IDLE:
       weft__source_call_notify (source);
       g_free (source);

@@ -87,7 +87,7 @@ static guint
 add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer user_data,
                 GDestroyNotify notify)
 {
-  WeftTimeoutSource *t = g_new (WeftTimeoutSource, 1);
+  WeftTimeoutSource *t = weft__cache_alloc (WEFT_CACHE_TIMEOUT);
   t->base.kind = WEFT_SOURCE_TIMEOUT;
   t->base.running = FALSE;
   t->base.removed = FALSE;
@@ -105,7 +105,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
       weft__mutex_unlock (&self->lock);
       if (notify != NULL)
         notify (user_data);
-      g_free (t);
+      weft__cache_free (WEFT_CACHE_TIMEOUT, t);
       return 0;
     }
   weft__heap_insert (&self->timers, t->deadline, t);

@@ -19,7 +19,7 @@ G_BEGIN_DECLS
 
 /* ---- jobs ------------------------------------------------------------ */
 
-/* A posted job. Nodes come from a per-thread cache (weft-jobcache.c) so a
+/* A posted job. Nodes come from a per-thread cache (weft-cache.c) so a
  * post costs no malloc; they may be freed on any thread. */
 typedef struct {
   WeftNode node;
@@ -31,6 +31,16 @@ typedef struct {
 enum {
   WEFT_JOB_COUNTED = 1 << 0, /* counted in its context's n_queued */
 };
+
+/* Fixed-size object caches (weft-cache.c). */
+typedef enum {
+  WEFT_CACHE_JOB,
+  WEFT_CACHE_TIMEOUT,
+  WEFT_CACHE_N
+} WeftCacheKind;
+
+gpointer weft__cache_alloc (WeftCacheKind kind);
+void weft__cache_free (WeftCacheKind kind, gpointer object);
 
 WeftJob *weft__job_alloc (void);
 void weft__job_free (WeftJob *job);

@@ -1,0 +1,227 @@
+/* weft-cache.c: fixed-size objects without malloc on the hot path: posted
+ * jobs, and timeout sources.
+ *
+ * Each thread keeps a free list per size class. A thread that frees more
+ * than it allocates (a worker running jobs) hands magazines of MAG objects
+ * to the class's depot; a thread that allocates more than it frees (a
+ * producer) takes them back. The depot lock is taken once per MAG
+ * allocations, so an allocation is a pointer pop. Objects are never given
+ * back to malloc: a class holds at most its peak number of live objects.
+ * Under AddressSanitizer the cache is bypassed so a use after free is
+ * caught.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-context-private.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_CACHE_DISABLED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_CACHE_DISABLED 1
+#endif
+#endif
+
+static const gsize class_size[WEFT_CACHE_N] = {
+  [WEFT_CACHE_JOB] = sizeof (WeftJob),
+  [WEFT_CACHE_TIMEOUT] = sizeof (WeftTimeoutSource),
+};
+
+#ifndef WEFT_CACHE_DISABLED
+
+#define MAG 256
+
+/* A free object's first word links it into a free list. */
+typedef struct _Free Free;
+struct _Free {
+  Free *next;
+};
+
+typedef struct _Mag Mag;
+struct _Mag {
+  Mag *next;        /* depot link */
+  Free *first;      /* MAG objects */
+};
+
+typedef struct {
+  WeftCacheKind kind;
+  Free *free;       /* this thread only */
+  guint n_free;
+} Cache;
+
+typedef struct {
+  WeftMutex lock;
+  Mag *full;        /* HOLDS: lock */
+  Mag *empty;       /* HOLDS: lock; shells to reuse */
+} Depot;
+
+static Depot depots[WEFT_CACHE_N] = {
+  [WEFT_CACHE_JOB] = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL },
+  [WEFT_CACHE_TIMEOUT] = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL },
+};
+
+static void cache_release (gpointer data);
+static GPrivate cache_keys[WEFT_CACHE_N] = {
+  G_PRIVATE_INIT (cache_release),
+  G_PRIVATE_INIT (cache_release),
+};
+static _Thread_local WEFT_TLS_IE Cache *tls_caches[WEFT_CACHE_N];
+
+static Cache *
+cache_get (WeftCacheKind kind)
+{
+  Cache *c = tls_caches[kind];
+  if (G_LIKELY (c != NULL))
+    return c;
+  c = g_new0 (Cache, 1);
+  c->kind = kind;
+  tls_caches[kind] = c;
+  g_private_set (&cache_keys[kind], c); /* gives the objects back at thread exit */
+  return c;
+}
+
+/* Moves MAG objects from the head of @c's list into the depot. */
+static void
+depot_put (Cache *c)
+{
+  Depot *d = &depots[c->kind];
+  Free *first = c->free, *last = first;
+  for (guint i = 1; i < MAG; i++)
+    last = last->next;
+  c->free = last->next;
+  c->n_free -= MAG;
+  last->next = NULL;
+
+  weft__mutex_lock (&d->lock);
+  Mag *m = d->empty;
+  if (m != NULL)
+    d->empty = m->next;
+  else
+    m = g_new (Mag, 1);
+  m->first = first;
+  m->next = d->full;
+  d->full = m;
+  weft__mutex_unlock (&d->lock);
+}
+
+static void
+cache_refill (Cache *c)
+{
+  Depot *d = &depots[c->kind];
+  weft__mutex_lock (&d->lock);
+  Mag *m = d->full;
+  if (m != NULL)
+    {
+      d->full = m->next;
+      c->free = m->first;
+      c->n_free = MAG;
+      m->next = d->empty;
+      d->empty = m;
+    }
+  weft__mutex_unlock (&d->lock);
+  if (m != NULL)
+    return;
+
+  gsize size = class_size[c->kind];
+  char *slab = g_malloc ((gsize) MAG * size);
+  for (guint i = 0; i < MAG; i++)
+    ((Free *) (slab + i * size))->next = i + 1 < MAG ? (Free *) (slab + (i + 1) * size) : NULL;
+  c->free = (Free *) slab;
+  c->n_free = MAG;
+}
+
+static void
+cache_release (gpointer data)
+{
+  Cache *c = data;
+  while (c->n_free >= MAG)
+    depot_put (c);
+  /* A depot magazine always holds MAG objects: top the rest up. */
+  if (c->n_free > 0)
+    {
+      gsize size = class_size[c->kind];
+      while (c->n_free < MAG)
+        {
+          Free *f = g_malloc (size);
+          f->next = c->free;
+          c->free = f;
+          c->n_free++;
+        }
+      depot_put (c);
+    }
+  if (tls_caches[c->kind] == c)
+    tls_caches[c->kind] = NULL;
+  g_free (c);
+}
+
+gpointer
+weft__cache_alloc (WeftCacheKind kind)
+{
+  Cache *c = cache_get (kind);
+  if (G_UNLIKELY (c->free == NULL))
+    cache_refill (c);
+  Free *f = c->free;
+  c->free = f->next;
+  c->n_free--;
+  /* Recycled objects were last touched by another CPU: ask for the next
+   * one's line now, for writing, so the next allocation does not wait. */
+  if (c->free != NULL)
+    __builtin_prefetch (c->free, 1);
+  return f;
+}
+
+void
+weft__cache_free (WeftCacheKind kind, gpointer object)
+{
+  Cache *c = cache_get (kind);
+  Free *f = object;
+  f->next = c->free;
+  c->free = f;
+  if (G_UNLIKELY (++c->n_free >= 2 * MAG))
+    depot_put (c);
+}
+
+#else /* WEFT_CACHE_DISABLED */
+
+gpointer
+weft__cache_alloc (WeftCacheKind kind)
+{
+  return g_malloc (class_size[kind]);
+}
+
+void
+weft__cache_free (WeftCacheKind kind, gpointer object)
+{
+  g_free (object);
+}
+
+#endif
+
+WeftJob *
+weft__job_alloc (void)
+{
+  WeftJob *j = weft__cache_alloc (WEFT_CACHE_JOB);
+  j->node.kind = WEFT_NODE_JOB;
+  j->node.flags = 0;
+  return j;
+}
+
+void
+weft__job_free (WeftJob *job)
+{
+  weft__cache_free (WEFT_CACHE_JOB, job);
+}
+
+void
+weft__job_finish (WeftJob *job, gboolean run)
+{
+  WeftJobFunc func = job->func;
+  gpointer data = job->user_data;
+  GDestroyNotify notify = job->notify;
+
+  weft__job_free (job);
+  if (run)
+    func (data);
+  if (notify != NULL)
+    notify (data);
+}
