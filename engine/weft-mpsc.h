@@ -32,15 +32,11 @@ struct _WeftNode {
   guint32 flags;      /* WEFT_JOB_*: used by job nodes */
 };
 
-/* Producers touch one line: the head, and the stub beside it (a push into
- * a drained queue links the stub). The consumer's tail has a line of its
- * own. */
 typedef struct {
   WeftNode *_Atomic head;   /* producers exchange here */
-  WeftNode stub;
-  char pad_[64 - sizeof (void *) - sizeof (WeftNode)];
+  char pad_[64 - sizeof (void *)];
   WeftNode *tail;           /* consumer only */
-  char pad2_[64 - sizeof (void *)];
+  WeftNode stub;
 } WeftMpsc;
 
 static inline void
