@@ -43,14 +43,21 @@ typedef struct {
   guint32 seq;
 } Job;
 
-static Queue *queues;
-static atomic_long n_done;
-static atomic_long queues_done;
+/* The counters every job bumps each get a cache line, apart from the
+ * read-mostly globals every job reads: where the linker happened to put them
+ * together, the harness's own false sharing cost more than the engine
+ * (measured: 7 vs 11 Mjobs/s between a shared-library and a static build,
+ * with run_job at 35% vs 12% of the samples). */
+#define LINE __attribute__ ((aligned (64)))
+static Queue *queues LINE;
 static long n_queues_total;
-static atomic_long conc_violations, order_violations;
-static atomic_ulong checksum;
 static long n_total;
-static uint64_t t_last;
+static atomic_long n_done LINE;
+static atomic_ulong checksum LINE;
+static atomic_long queues_done LINE;
+static atomic_long conc_violations LINE;
+static atomic_long order_violations LINE;
+static uint64_t t_last LINE;
 static sem_t all_done;
 
 static void
