@@ -55,7 +55,12 @@ typedef struct {
 
 typedef void (*SubmitFunc) (WeftJobFunc func, gpointer data);
 
-static WeftEngine *engine;
+/* Read by the producer on every submit; the counters the consumers bump
+ * below get lines of their own, so the producer's reads do not miss on the
+ * harness's own traffic (see bench-serial.c: that cost depended on link
+ * layout). */
+#define LINE __attribute__ ((aligned (64)))
+static WeftEngine *engine LINE;
 static WeftContext *context;
 
 static void
@@ -74,9 +79,9 @@ submit_context (WeftJobFunc func, gpointer data)
 
 /* ---- throughput ------------------------------------------------------------ */
 
-static atomic_ulong tput_sum;
-static atomic_long tput_count;
-static long tput_n;
+static atomic_ulong tput_sum LINE;
+static atomic_long tput_count LINE;
+static long tput_n LINE;
 static sem_t tput_done;
 
 static void
