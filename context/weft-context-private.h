@@ -47,6 +47,8 @@ struct _WeftSource {
   gboolean running;        /* HOLDS: ctx->lock; its callback is executing */
   gboolean removed;        /* HOLDS: ctx->lock; out of the id map, never to start again */
   WeftContext *ctx;        /* not owned: a source never outlives its context's close */
+  gint refs;               /* (atomic) fd and signal sources only: registration,
+                            * queued node, fd table lookups in flight */
   gpointer func;
   gpointer user_data;
   GDestroyNotify notify;
@@ -55,7 +57,6 @@ struct _WeftSource {
 struct _WeftFdSource {
   WeftSource base;
   WeftNode node;           /* in the context inbox while a readiness waits */
-  gint refs;               /* (atomic) registration + queued node + lookups */
   int fd;
   guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
   guint64 key;             /* fd table key; 0 once unregistered */
@@ -79,7 +80,6 @@ struct _WeftIdleSource {
 typedef struct {
   WeftSource base;
   WeftNode node;
-  gint refs;               /* (atomic) registration + queued node */
   int signum;
   atomic_int queued;
 } WeftSignalSource;
@@ -164,8 +164,19 @@ void weft__source_call_notify (WeftSource *source);
  * _detach_unlocked: the source left the id map and is not running: unhook it
  * from the engine; returns TRUE if the caller must free it (after unlocking)
  * with _finalize. */
-void weft__fd_source_ref (WeftFdSource *source);
-void weft__fd_source_unref (WeftFdSource *source);
+/* Fd and signal sources are reference counted: they are reached from
+ * other threads (the fd table, the signal table) and queued as inbox nodes.
+ * The last unref runs the notify and frees. */
+void weft__source_ref (WeftSource *source);
+void weft__source_unref (WeftSource *source);
+/* Runs the callback of a source whose node was popped from the inbox,
+ * holding the node's reference: skips it if removed (or @drop), then
+ * removes it if @call returned FALSE, else lets @rearm_unlocked (nullable,
+ * called under the context lock) re-arm it. Drops the node's reference. */
+void weft__source_dispatch_queued (WeftSource *source, gboolean drop,
+                                   gboolean (*call) (WeftSource *source),
+                                   void (*rearm_unlocked) (WeftSource *source));
+
 void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);
 void weft__fd_source_dispatch (WeftFdSource *source, gboolean drop);
 gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
@@ -177,8 +188,6 @@ void weft__timeout_set_index (gpointer item, guint index);
 void weft__idles_dispatch (WeftContext *ctx);
 gboolean weft__idle_detach_unlocked (WeftIdleSource *source);
 
-void weft__signal_source_ref (WeftSignalSource *source);
-void weft__signal_source_unref (WeftSignalSource *source);
 void weft__signal_source_raise (WeftSignalSource *source, WeftContext **local);
 void weft__signal_source_dispatch (WeftSignalSource *source, gboolean drop);
 gboolean weft__signal_source_detach_unlocked (WeftSignalSource *source);

@@ -8,23 +8,6 @@
 
 #include "weft-context-private.h"
 
-void
-weft__fd_source_ref (WeftFdSource *src)
-{
-  g_atomic_int_inc (&src->refs);
-}
-
-void
-weft__fd_source_unref (WeftFdSource *src)
-{
-  if (!g_atomic_int_dec_and_test (&src->refs))
-    return;
-  WeftContext *ctx = src->base.ctx;
-  weft__source_call_notify (&src->base);
-  g_free (src);
-  weft__context_internal_unref (ctx);
-}
-
 /* Called by the worker that got the readiness, with a reference from the
  * fd table lookup that now belongs to the queued node. */
 void
@@ -34,7 +17,7 @@ weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
   if (atomic_exchange (&src->queued, 1))
     {
       /* Already waiting in the inbox (modify_fd re-armed it early). */
-      weft__fd_source_unref (src);
+      weft__source_unref (&src->base);
       return;
     }
   weft__context_push_ref (src->base.ctx, &src->node, FALSE, local);
@@ -55,48 +38,32 @@ weft__fd_source_detach_unlocked (WeftFdSource *src)
   return TRUE; /* drop the registration reference */
 }
 
+static gboolean
+fd_call (WeftSource *base)
+{
+  WeftFdSource *src = (WeftFdSource *) base;
+  guint32 events = atomic_exchange (&src->revents, 0);
+  return ((WeftFdFunc) base->func) (src->fd, weft__poll_condition_from_events (events),
+                                    base->user_data);
+}
+
+/* Re-arm under the lock: a concurrent remove cannot have let the fd be
+ * closed and its number reused yet. */
+static void
+fd_rearm_unlocked (WeftSource *base)
+{
+  WeftFdSource *src = (WeftFdSource *) base;
+  int r = weft__poll_modify (base->ctx->engine->pfd, src->fd, src->events, src->key, TRUE);
+  if (r < 0)
+    g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
+               src->fd, g_strerror (-r));
+}
+
 void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
-  WeftContext *ctx = src->base.ctx;
-
   atomic_store (&src->queued, 0);
-  weft__mutex_lock (&ctx->lock);
-  if (drop || src->base.removed)
-    {
-      weft__mutex_unlock (&ctx->lock);
-      weft__fd_source_unref (src); /* the node's reference */
-      return;
-    }
-  src->base.running = TRUE;
-  guint32 events = atomic_exchange (&src->revents, 0);
-  weft__mutex_unlock (&ctx->lock);
-
-  weft__worker_count_job ();
-  gboolean keep = ((WeftFdFunc) src->base.func) (src->fd,
-                                                 weft__poll_condition_from_events (events),
-                                                 src->base.user_data);
-
-  gboolean finalize = FALSE;
-  weft__mutex_lock (&ctx->lock);
-  src->base.running = FALSE;
-  if (!src->base.removed && !keep)
-    weft__context_drop_idmap_unlocked (ctx, &src->base);
-  if (src->base.removed)
-    finalize = weft__fd_source_detach_unlocked (src);
-  else
-    {
-      /* Re-arm under the lock: a concurrent remove cannot have let the fd
-       * be closed and its number reused yet. */
-      int r = weft__poll_modify (ctx->engine->pfd, src->fd, src->events, src->key, TRUE);
-      if (r < 0)
-        g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
-                   src->fd, g_strerror (-r));
-    }
-  weft__mutex_unlock (&ctx->lock);
-  if (finalize)
-    weft__fd_source_unref (src);
-  weft__fd_source_unref (src);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, fd_rearm_unlocked);
 }
 
 static void
@@ -148,7 +115,7 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
   src->base.user_data = user_data;
   src->base.notify = notify;
   src->node.kind = WEFT_NODE_FD;
-  src->refs = 1; /* the registration */
+  src->base.refs = 1; /* the registration */
   src->fd = fd;
   src->events = weft__poll_events_from_condition (events);
 
@@ -174,7 +141,7 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
       weft__context_drop_idmap_unlocked (self, &src->base);
       weft__mutex_unlock (&self->lock);
       set_poll_error (error, fd, -r);
-      weft__fd_source_unref (src);
+      weft__source_unref (&src->base);
       return 0;
     }
   weft__mutex_unlock (&self->lock);

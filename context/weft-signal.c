@@ -6,30 +6,13 @@
 
 #include "weft-context-private.h"
 
-void
-weft__signal_source_ref (WeftSignalSource *src)
-{
-  g_atomic_int_inc (&src->refs);
-}
-
-void
-weft__signal_source_unref (WeftSignalSource *src)
-{
-  if (!g_atomic_int_dec_and_test (&src->refs))
-    return;
-  WeftContext *ctx = src->base.ctx;
-  weft__source_call_notify (&src->base);
-  g_free (src);
-  weft__context_internal_unref (ctx);
-}
-
 /* HOLDS: engine->signal_lock, so an unsubscribe cannot race it. */
 void
 weft__signal_source_raise (WeftSignalSource *src, WeftContext **local)
 {
   if (atomic_exchange (&src->queued, 1))
     return; /* coalesced with the delivery already queued */
-  weft__signal_source_ref (src);
+  weft__source_ref (&src->base);
   weft__context_push_ref (src->base.ctx, &src->node, FALSE, local);
 }
 
@@ -40,36 +23,17 @@ weft__signal_source_detach_unlocked (WeftSignalSource *src)
   return TRUE;
 }
 
+static gboolean
+signal_call (WeftSource *base)
+{
+  return ((WeftSignalFunc) base->func) (((WeftSignalSource *) base)->signum, base->user_data);
+}
+
 void
 weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
 {
-  WeftContext *ctx = src->base.ctx;
-
   atomic_store (&src->queued, 0);
-  weft__mutex_lock (&ctx->lock);
-  if (drop || src->base.removed)
-    {
-      weft__mutex_unlock (&ctx->lock);
-      weft__signal_source_unref (src);
-      return;
-    }
-  src->base.running = TRUE;
-  weft__mutex_unlock (&ctx->lock);
-
-  weft__worker_count_job ();
-  gboolean keep = ((WeftSignalFunc) src->base.func) (src->signum, src->base.user_data);
-
-  gboolean finalize = FALSE;
-  weft__mutex_lock (&ctx->lock);
-  src->base.running = FALSE;
-  if (!src->base.removed && !keep)
-    weft__context_drop_idmap_unlocked (ctx, &src->base);
-  if (src->base.removed)
-    finalize = weft__signal_source_detach_unlocked (src);
-  weft__mutex_unlock (&ctx->lock);
-  if (finalize)
-    weft__signal_source_unref (src);
-  weft__signal_source_unref (src);
+  weft__source_dispatch_queued (&src->base, drop, signal_call, NULL);
 }
 
 /**
@@ -120,7 +84,7 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
   src->base.user_data = user_data;
   src->base.notify = notify;
   src->node.kind = WEFT_NODE_SIGNAL;
-  src->refs = 1;
+  src->base.refs = 1;
   src->signum = signum;
 
   weft__mutex_lock (&self->lock);
@@ -138,7 +102,7 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
     {
       weft__context_drop_idmap_unlocked (self, &src->base);
       weft__mutex_unlock (&self->lock);
-      weft__signal_source_unref (src);
+      weft__source_unref (&src->base);
       return 0;
     }
   weft__mutex_unlock (&self->lock);

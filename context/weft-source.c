@@ -46,6 +46,57 @@ weft__source_call_notify (WeftSource *source)
     source->notify (source->user_data);
 }
 
+void
+weft__source_ref (WeftSource *source)
+{
+  g_atomic_int_inc (&source->refs);
+}
+
+void
+weft__source_unref (WeftSource *source)
+{
+  if (!g_atomic_int_dec_and_test (&source->refs))
+    return;
+  WeftContext *ctx = source->ctx;
+  weft__source_call_notify (source);
+  g_free (source);
+  weft__context_internal_unref (ctx); /* taken in weft__context_add_source_unlocked */
+}
+
+void
+weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (WeftSource *),
+                              void (*rearm_unlocked) (WeftSource *))
+{
+  WeftContext *ctx = src->ctx;
+
+  weft__mutex_lock (&ctx->lock);
+  if (drop || src->removed)
+    {
+      weft__mutex_unlock (&ctx->lock);
+      weft__source_unref (src); /* the node's reference */
+      return;
+    }
+  src->running = TRUE;
+  weft__mutex_unlock (&ctx->lock);
+
+  weft__worker_count_job ();
+  gboolean keep = call (src);
+
+  gboolean finalize = FALSE;
+  weft__mutex_lock (&ctx->lock);
+  src->running = FALSE;
+  if (!src->removed && !keep)
+    weft__context_drop_idmap_unlocked (ctx, src);
+  if (src->removed)
+    finalize = weft__source_detach_unlocked (src);
+  else if (rearm_unlocked != NULL)
+    rearm_unlocked (src);
+  weft__mutex_unlock (&ctx->lock);
+  if (finalize)
+    weft__source_finalize (src);
+  weft__source_unref (src);
+}
+
 gboolean
 weft__source_detach_unlocked (WeftSource *source)
 {
@@ -69,10 +120,8 @@ weft__source_finalize (WeftSource *source)
   switch (source->kind)
     {
     case WEFT_SOURCE_FD:
-      weft__fd_source_unref ((WeftFdSource *) source);
-      return;
     case WEFT_SOURCE_SIGNAL:
-      weft__signal_source_unref ((WeftSignalSource *) source);
+      weft__source_unref (source);
       return;
     case WEFT_SOURCE_TIMEOUT:
       weft__source_call_notify (source);

@@ -9,13 +9,11 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "weft-engine-private.h"
+#include "weft-context-private.h"
 
 #define CHUNK_BITS 10
 #define CHUNK (1u << CHUNK_BITS)
 #define MAX_CHUNKS 4096     /* 4M fd sources per engine */
-
-void weft__fd_source_ref (WeftFdSource *source);
 
 typedef struct {
   atomic_int lock;
@@ -142,7 +140,7 @@ weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
   if (s->gen == (guint32) (key >> 32) && s->source != NULL)
     {
       src = s->source;
-      weft__fd_source_ref (src);
+      weft__source_ref (&src->base);
     }
   slot_unlock (s);
   return src;
