@@ -229,6 +229,7 @@ weft__context_run (WeftContext *self)
 {
   WeftContext *prev = tls_current;
   guint budget = RUN_BUDGET;
+  guint spins = 0;
 
   tls_current = self;
   for (;;)
@@ -252,7 +253,10 @@ weft__context_run (WeftContext *self)
           continue;
         }
       if (weft__mpsc_nonempty (&self->front) || weft__mpsc_nonempty (&self->back))
-        continue; /* a producer is between its exchange and its link */
+        {
+          weft__spin_wait (&spins); /* a producer is between its exchange and its link */
+          continue;
+        }
       if (self->idles_due)
         {
           self->idles_due = FALSE;
@@ -270,6 +274,8 @@ weft__context_run (WeftContext *self)
 void
 weft__context_run_dropping (WeftContext *self)
 {
+  guint spins = 0;
+
   do
     {
       WeftNode *n;
@@ -277,6 +283,8 @@ weft__context_run_dropping (WeftContext *self)
              weft__mpsc_nonempty (&self->back))
         if (n != NULL)
           process (self, n, TRUE);
+        else
+          weft__spin_wait (&spins);
     }
   while (release (self));
 }
@@ -293,9 +301,9 @@ void
 weft_context_dispatch (WeftContext *self)
 {
   g_return_if_fail (self != NULL);
-  if (atomic_load (&self->state) & WEFT_CTX_CLOSED)
-    return; /* destroyed before dispatch: already drained */
   guint old = atomic_fetch_or (&self->state, WEFT_CTX_ACTIVE);
+  if (old & WEFT_CTX_CLOSED)
+    return; /* destroyed before dispatch: the closer drains it */
   g_return_if_fail (!(old & WEFT_CTX_ACTIVE));
   if (release (self))
     weft__context_enqueue (self);
@@ -328,8 +336,6 @@ close_context (WeftContext *self)
   if (old & WEFT_CTX_CLOSED)
     return;
 
-  weft__timers_unschedule_context (self->engine, self);
-
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
   weft__mutex_lock (&self->lock);
@@ -342,6 +348,9 @@ close_context (WeftContext *self)
         g_ptr_array_add (finalize, src);
     }
   weft__mutex_unlock (&self->lock);
+  /* After the locked section: every schedule happens under the lock after a
+   * CLOSED check, so none can follow this. */
+  weft__timers_unschedule_context (self->engine, self);
   for (guint i = 0; i < finalize->len; i++)
     weft__source_finalize (finalize->pdata[i]);
   g_ptr_array_unref (finalize);

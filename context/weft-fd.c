@@ -43,6 +43,11 @@ fd_call (WeftSource *base)
 {
   WeftFdSource *src = (WeftFdSource *) base;
   guint32 events = atomic_exchange (&src->revents, 0);
+  /* A readiness that arrived while the previous dispatch was between
+   * clearing queued and taking revents was delivered then; this run of the
+   * node has nothing left to report. */
+  if (events == 0)
+    return TRUE;
   return ((WeftFdFunc) base->func) (src->fd, weft__poll_condition_from_events (events),
                                     base->user_data);
 }

@@ -10,6 +10,7 @@
 #include "weft-engine.h"
 #include "weft-mpsc.h"
 #include "weft-mutex.h"
+#include "weft-spin.h"
 
 G_BEGIN_DECLS
 
@@ -176,6 +177,7 @@ struct _WeftEngine {
   WeftMutex timer_lock;
   WeftHeap ctx_heap;        /* HOLDS: timer_lock */
   int timer_fd;
+  int timer_fd_errno;       /* why timerfd_create failed, for weft_engine_new */
   gint64 timer_armed;       /* HOLDS: timer_lock; deadline the timerfd is set to */
   gint64 timer_slack;       /* HOLDS: timer_lock; ns a wake-up may be delayed to batch */
 
@@ -192,6 +194,9 @@ void weft__engine_internal_unref (WeftEngine *self);
  * wakes a sleeping worker if there is one. */
 void weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent);
 void weft__engine_wake (WeftEngine *self);
+/* Pops the next runnable (urgent first) under the pop lock; any thread may
+ * call it. NULL when empty or while a push is in flight. */
+WeftNode *weft__engine_pop (WeftEngine *self);
 /* Puts a context that a worker is about to let go of back on the run
  * queue without waking anyone: that worker polls the queue next. */
 void weft__engine_requeue (WeftEngine *self, WeftNode *node);

@@ -64,7 +64,7 @@ weft_engine_new (guint n_workers, GError **error)
   else if ((self->stop_fd = weft__eventfd_new ()) < 0)
     r = self->stop_fd, what = "eventfd";
   else if (self->timer_fd < 0)
-    r = -errno, what = "timerfd_create";
+    r = -self->timer_fd_errno, what = "timerfd_create";
   /* wake: edge-triggered and never read, so each write wakes exactly one
    * sleeping worker (epoll_wait waiters are woken exclusively). stop:
    * level-triggered, so every worker that polls after the write sees it. */
@@ -260,29 +260,32 @@ weft_engine_start (WeftEngine *self, GError **error)
 }
 
 /* Pops every runnable; jobs get their notify, contexts are either put back
- * (a restartable stop) or drained (the engine is dead). Only called with no
- * worker running, so this thread is the sole consumer. */
+ * (a restartable stop) or drained (the engine is dead). Called with no
+ * worker running; once the engine is dead a late poster may drain beside
+ * the last unref, so pops go through the pop lock. */
 static void
 drop_queued (WeftEngine *self, gboolean keep_contexts)
 {
   GPtrArray *contexts = g_ptr_array_new ();
-  WeftMpsc *queues[2] = { &self->urgent, &self->runq };
+  guint spins = 0;
 
-  for (guint q = 0; q < 2; q++)
-    for (;;)
-      {
-        WeftNode *n = weft__mpsc_pop (queues[q]);
-        if (n == NULL)
-          {
-            if (weft__mpsc_nonempty (queues[q]))
-              continue; /* a post is between its two stores */
-            break;
-          }
-        if (n->kind == WEFT_NODE_JOB)
-          weft__job_finish ((WeftJob *) n, FALSE);
-        else
-          g_ptr_array_add (contexts, n);
-      }
+  for (;;)
+    {
+      WeftNode *n = weft__engine_pop (self);
+      if (n == NULL)
+        {
+          if (weft__mpsc_nonempty (&self->urgent) || weft__mpsc_nonempty (&self->runq))
+            {
+              weft__spin_wait (&spins); /* a post is between its two stores */
+              continue;
+            }
+          break;
+        }
+      if (n->kind == WEFT_NODE_JOB)
+        weft__job_finish ((WeftJob *) n, FALSE);
+      else
+        g_ptr_array_add (contexts, n);
+    }
   for (guint i = 0; i < contexts->len; i++)
     {
       WeftContext *ctx = contexts->pdata[i];
@@ -476,6 +479,10 @@ weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent)
     }
   weft__mpsc_push (urgent ? &self->urgent : &self->runq, node);
   weft__engine_wake (self);
+  /* The last unref may have set dead and drained between our check and our
+   * push: the push is seq_cst, so either it saw our node or we see dead. */
+  if (G_UNLIKELY (atomic_load (&self->dead)))
+    drop_queued (self, FALSE);
 }
 
 void

@@ -131,6 +131,7 @@ weft__timers_init (WeftEngine *self)
   weft__mutex_init (&self->timer_lock);
   weft__heap_init (&self->ctx_heap, ctx_set_index);
   self->timer_fd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  self->timer_fd_errno = self->timer_fd < 0 ? errno : 0;
   self->timer_armed = G_MAXINT64;
   self->timer_slack = WEFT_DEFAULT_TIMER_SLACK_NS;
 }

@@ -21,16 +21,6 @@ weft__worker_current (void)
 }
 
 static inline void
-cpu_relax (void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause ();
-#elif defined(__aarch64__)
-  __asm__ __volatile__ ("yield");
-#endif
-}
-
-static inline void
 bump (_Atomic guint64 *counter)
 {
   /* Only this worker writes its counters: a load and a store, no RMW. */
@@ -68,21 +58,14 @@ runq_nonempty (WeftEngine *e)
  * would wait although another worker is idle. The lock covers a few
  * pointer moves on the consumer side of the queues; their heads, which
  * every post writes, are read only when a queue looks drained. */
-static WeftNode *
-runq_pop (WeftWorker *w)
+WeftNode *
+weft__engine_pop (WeftEngine *e)
 {
-  WeftEngine *e = w->engine;
   guint spins = 0;
 
+  /* The holder moves a few pointers and leaves. */
   while (atomic_exchange_explicit (&e->pop_lock, 1, memory_order_acquire))
-    {
-      /* The holder moves a few pointers and leaves; if it was preempted,
-       * let it run. */
-      if (++spins > 64)
-        sched_yield ();
-      else
-        cpu_relax ();
-    }
+    weft__spin_wait (&spins);
   WeftNode *n = weft__mpsc_pop (&e->urgent);
   if (n == NULL)
     n = weft__mpsc_pop (&e->runq);
@@ -139,7 +122,14 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
   /* The first context made runnable here runs on this worker, with no
    * hand-off; any others went to the run queue and woke a sleeper. */
   if (local != NULL)
-    weft__context_run (local);
+    {
+      /* This worker is about to be busy with @local: if it consumed the wake
+       * (or other runnables were queued while a wake was pending), pass the
+       * baton before running it. */
+      if (atomic_load (&e->n_sleeping) > 0 && runq_nonempty (e))
+        weft__engine_wake (e);
+      weft__context_run (local);
+    }
 }
 
 gpointer
@@ -154,7 +144,7 @@ weft__worker_main (gpointer data)
     {
       if (w->run_streak < POLL_EVERY)
         {
-          WeftNode *n = runq_pop (w);
+          WeftNode *n = weft__engine_pop (e);
           if (n != NULL)
             {
               w->run_streak++;
@@ -181,7 +171,7 @@ weft__worker_main (gpointer data)
           if (runq_nonempty (e) || atomic_load (&e->stopping))
             {
               atomic_fetch_sub (&e->n_sleeping, 1);
-              cpu_relax ();
+              weft__cpu_relax ();
               continue;
             }
           if (atomic_load_explicit (&e->refusing, memory_order_relaxed))

@@ -725,6 +725,67 @@ test_idle_no_wakeups (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /engine/wake-passed-on ------------------------------------------- */
+
+static atomic_long slow_fd_calls;
+
+static gboolean
+slow_fd_cb (gint fd, GIOCondition condition, gpointer data)
+{
+  char buf[16];
+  (void) condition;
+  (void) data;
+  while (read (fd, buf, sizeof buf) > 0)
+    ;
+  atomic_fetch_add (&slow_fd_calls, 1);
+  g_usleep (300 * 1000); /* a long callback */
+  return G_SOURCE_CONTINUE;
+}
+
+static void
+stamp_job (gpointer data)
+{
+  atomic_store ((_Atomic gint64 *) data, g_get_monotonic_time ());
+}
+
+/* Both workers sleep. A post writes the wake eventfd and an fd becomes
+ * readable at once; the worker that harvests both events runs the fd's
+ * context itself (a 300 ms callback). It must pass the wake on first, so
+ * the posted job runs on the other worker at once instead of waiting for
+ * the callback to return. */
+static void
+test_wake_passed_on (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  int fds[2];
+  wt_pipe (fds);
+  g_assert_cmpuint (weft_context_add_fd (ctx, fds[0], G_IO_IN, slow_fd_cb, NULL, NULL, NULL), !=, 0);
+  weft_context_dispatch (ctx);
+
+  for (guint i = 0; i < 6; i++)
+    {
+      _Atomic gint64 ran_at = 0;
+      long calls = atomic_load (&slow_fd_calls);
+      wt_wait_engine_idle (engine);
+      gint64 t0 = g_get_monotonic_time ();
+      g_assert_true (weft_engine_post (engine, stamp_job, (gpointer) &ran_at, NULL));
+      wt_write_byte (fds[1]);
+      WT_WAIT_UNTIL (atomic_load (&ran_at) != 0);
+      g_assert_cmpint (atomic_load (&ran_at), !=, 0);
+      /* Well under the callback's 300 ms, with room for a slow sanitizer
+       * build; the bug made it at least 300 ms. */
+      g_assert_cmpint (atomic_load (&ran_at) - t0, <, 150 * 1000);
+      WT_WAIT_UNTIL (atomic_load (&slow_fd_calls) == calls + 1);
+      g_assert_cmpint (atomic_load (&slow_fd_calls), ==, calls + 1);
+    }
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  wt_close (fds[0]);
+  wt_close (fds[1]);
+}
+
 /* ---- /engine/wakeups-batched ------------------------------------------- */
 
 static void
@@ -1006,6 +1067,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/stats", test_stats);
   g_test_add_func ("/engine/idle-no-wakeups", test_idle_no_wakeups);
   g_test_add_func ("/engine/wakeups-batched", test_wakeups_batched);
+  g_test_add_func ("/engine/wake-passed-on", test_wake_passed_on);
   g_test_add_func ("/engine/concurrent-stop", test_concurrent_stop);
   g_test_add_func ("/engine/timer-slack", test_timer_slack);
   g_test_add_func ("/engine/misuse", test_misuse);
