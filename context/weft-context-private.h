@@ -54,6 +54,11 @@ struct _WeftSource {
   GDestroyNotify notify;
 };
 
+guint weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
+                            gpointer user_data, GDestroyNotify notify, GError **error);
+gboolean weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
+                                        GError **error);
+
 struct _WeftFdSource {
   WeftSource base;
   WeftNode node;           /* in the context inbox while a readiness waits */
@@ -131,6 +136,9 @@ struct _WeftContext {
 
   WeftNode idle_node;          /* kind IDLE */
   atomic_int idle_queued;
+
+  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
+  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
 } __attribute__ ((aligned (64)));
 
 WeftContext *weft__context_internal_ref (WeftContext *self);

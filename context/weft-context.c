@@ -55,7 +55,35 @@ weft_context_new (WeftEngine *engine)
   self->idle_node.kind = WEFT_NODE_IDLE;
   self->timer_index = WEFT_HEAP_NONE;
   atomic_fetch_add (&engine->n_contexts, 1);
+  weft__mutex_lock (&engine->ctx_lock);
+  self->reg_next = engine->contexts;
+  if (engine->contexts != NULL)
+    engine->contexts->reg_prev = self;
+  engine->contexts = self;
+  weft__mutex_unlock (&engine->ctx_lock);
   return self;
+}
+
+/* When the engine dies: destroys every context still open, so their
+ * sources' notifies run (nothing will ever dispatch them again). */
+void
+weft__engine_destroy_contexts (WeftEngine *engine)
+{
+  GPtrArray *open = g_ptr_array_new ();
+  weft__mutex_lock (&engine->ctx_lock);
+  for (WeftContext *c = engine->contexts; c != NULL; c = c->reg_next)
+    if (!(atomic_load (&c->state) & WEFT_CTX_CLOSED))
+      {
+        weft__context_internal_ref (c);
+        g_ptr_array_add (open, c);
+      }
+  weft__mutex_unlock (&engine->ctx_lock);
+  for (guint i = 0; i < open->len; i++)
+    {
+      close_context (open->pdata[i]);
+      weft__context_internal_unref (open->pdata[i]);
+    }
+  g_ptr_array_unref (open);
 }
 
 /**
@@ -108,6 +136,15 @@ weft__context_internal_unref (WeftContext *self)
   weft__idmap_clear (&self->ids);
   weft__heap_clear (&self->timers);
   weft__mutex_clear (&self->lock);
+  WeftEngine *engine = self->engine;
+  weft__mutex_lock (&engine->ctx_lock);
+  if (self->reg_prev != NULL)
+    self->reg_prev->reg_next = self->reg_next;
+  else
+    engine->contexts = self->reg_next;
+  if (self->reg_next != NULL)
+    self->reg_next->reg_prev = self->reg_prev;
+  weft__mutex_unlock (&engine->ctx_lock);
   atomic_fetch_sub (&self->engine->n_contexts, 1);
   weft__engine_internal_unref (self->engine);
   g_aligned_free (self);

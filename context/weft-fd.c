@@ -113,7 +113,15 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
   g_return_val_if_fail ((events & (G_IO_IN | G_IO_OUT | G_IO_PRI)) != 0, 0);
   g_return_val_if_fail (func != NULL, 0);
   g_return_val_if_fail (error == NULL || *error == NULL, 0);
+  return weft__context_add_fd (self, fd, events, func, user_data, notify, error);
+}
 
+/* weft_context_add_fd() without the checks: @events may be 0 or hold
+ * WEFT__IO_RDHUP (see weft__context_set_fd_interest()). */
+guint
+weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
+                      gpointer user_data, GDestroyNotify notify, GError **error)
+{
   WeftFdSource *src = g_new0 (WeftFdSource, 1);
   src->base.kind = WEFT_SOURCE_FD;
   src->base.func = (gpointer) func;
@@ -173,7 +181,15 @@ weft_context_modify_fd (WeftContext *self, guint id, GIOCondition events, GError
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail ((events & (G_IO_IN | G_IO_OUT | G_IO_PRI)) != 0, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  return weft__context_set_fd_interest (self, id, events, error);
+}
 
+/* weft_context_modify_fd() without the checks, and @events may be 0: the fd
+ * stays registered but only errors and hang-ups are reported (a connection
+ * that neither reads nor has output queued). */
+gboolean
+weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events, GError **error)
+{
   int r = 0;
   weft__mutex_lock (&self->lock);
   WeftSource *base = weft__idmap_lookup (&self->ids, id);

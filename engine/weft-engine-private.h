@@ -16,6 +16,10 @@ G_BEGIN_DECLS
 
 /* The library's thread-locals are few and tiny: initial-exec keeps their
  * access a single %fs-relative load instead of a __tls_get_addr call. */
+/* An internal interest bit beside GIOCondition's: the peer shut down its
+ * sending side (EPOLLRDHUP alone, without EPOLLIN), reported as G_IO_IN. */
+#define WEFT__IO_RDHUP ((GIOCondition) (1 << 8))
+
 #define WEFT_TLS_IE __attribute__ ((tls_model ("initial-exec")))
 
 /* ---- jobs ------------------------------------------------------------ */
@@ -173,6 +177,11 @@ struct _WeftEngine {
 
   WeftFdTable *fdtable;
 
+  /* Every context not yet freed, so that the engine's death can destroy
+   * them (their sources hold the last references of connections). */
+  WeftMutex ctx_lock;
+  WeftContext *contexts;    /* HOLDS: ctx_lock; doubly linked via reg_next */
+
   /* Timers: one heap entry per context, keyed by its earliest deadline. */
   WeftMutex timer_lock;
   WeftHeap ctx_heap;        /* HOLDS: timer_lock */
@@ -201,6 +210,7 @@ WeftNode *weft__engine_pop (WeftEngine *self);
  * queue without waking anyone: that worker polls the queue next. */
 void weft__engine_requeue (WeftEngine *self, WeftNode *node);
 gboolean weft__engine_refuses (WeftEngine *self);
+void weft__engine_destroy_contexts (WeftEngine *self); /* weft-context.c */
 
 /* The worker this thread is, or NULL. */
 WeftWorker *weft__worker_current (void);

@@ -48,6 +48,7 @@ weft_engine_new (guint n_workers, GError **error)
   weft__mpsc_init (&self->urgent);
   weft__mpsc_init (&self->runq);
   weft__mutex_init (&self->lock);
+  weft__mutex_init (&self->ctx_lock);
   weft__cond_init (&self->cond);
   self->n_workers = n_workers ? n_workers : (guint) g_get_num_processors ();
   self->fdtable = weft__fdtable_new ();
@@ -127,6 +128,7 @@ weft__engine_internal_unref (WeftEngine *self)
   if (self->stop_fd >= 0)
     close (self->stop_fd);
   weft__mutex_clear (&self->lock);
+  weft__mutex_clear (&self->ctx_lock);
   weft__cond_clear (&self->cond);
   g_aligned_free (self->workers);
   g_aligned_free (self);
@@ -137,9 +139,11 @@ weft__engine_internal_unref (WeftEngine *self)
  * @self: (nullable) (transfer full): an engine
  *
  * Drops a reference. The last one stops the engine as weft_engine_stop()
- * does and drops every job still queued, on the engine and on its
- * contexts, running their destroy notifies. Contexts you still hold stay
- * valid (their posts return %FALSE from then on) until you unref them.
+ * does, drops every job still queued, on the engine and on its contexts,
+ * and destroys every context (weft_context_destroy()), running the
+ * destroy notifies of jobs and sources on this thread: a connection still
+ * open is closed. Contexts you still hold stay valid (their posts return
+ * %FALSE from then on) until you unref them.
  * Must not drop the last reference from one of the engine's own workers.
  */
 void
@@ -158,6 +162,7 @@ weft_engine_unref (WeftEngine *self)
   weft_engine_stop (self);
   atomic_store (&self->dead, 1);
   drop_queued (self, FALSE);
+  weft__engine_destroy_contexts (self);
 
   /* Contexts waiting for a timeout hold references on themselves through
    * the engine heap: release them, nothing will fire any more. */

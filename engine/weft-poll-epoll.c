@@ -74,6 +74,8 @@ weft__poll_events_from_condition (GIOCondition cond)
     e |= EPOLLOUT;
   if (cond & G_IO_PRI)
     e |= EPOLLPRI;
+  if (cond & WEFT__IO_RDHUP)
+    e |= EPOLLRDHUP;
   return e;
 }
 

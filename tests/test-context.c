@@ -1439,6 +1439,8 @@ test_destroy_while_running (void)
   g_assert_cmpint (atomic_load (&running.c.ran), ==, 1);
   g_assert_cmpint (atomic_load (&running.c.notified), ==, 1);
   g_assert_cmpint (atomic_load (&running.c.notify_while_inside), ==, 0);
+  /* The worker drops the queued jobs after the running one returned. */
+  WT_WAIT_UNTIL (atomic_load (&queued[9].notified) == 1);
   for (int i = 0; i < 10; i++)
     {
       g_assert_cmpint (atomic_load (&queued[i].ran), ==, 0);

@@ -1,0 +1,1873 @@
+/* weft-connection.c: a socket owned by a context.
+ *
+ * Reads go into a per-thread scratch buffer and are handed to the reader
+ * from there; only bytes the reader leaves unconsumed are copied into a
+ * buffer of the connection's own, which is freed as soon as it empties. So
+ * an idle connection holds no read buffer at all.
+ *
+ * Writes made from a callback on the connection's context are queued and
+ * flushed with one sendmsg when the fd callback returns (or at once when
+ * made from a job or timer); what the socket does not take stays queued, as
+ * copies or as references to GBytes and files. Above the high water mark
+ * reading pauses, so a peer that does not read cannot make us buffer more.
+ *
+ * Every function must be called on the connection's context (from its
+ * callbacks, or from the creating thread before the context is
+ * dispatched). Socket I/O happens only on the engine's workers, where
+ * SIGPIPE is blocked.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "weft-connection-private.h"
+
+G_DEFINE_BOXED_TYPE (WeftConnection, weft_connection, weft_connection_ref,
+                     weft_connection_unref)
+
+#define SCRATCH_SIZE (64 * 1024)
+#define MAX_IOV 64
+#define READS_PER_CALLBACK 4          /* fairness: then let others run */
+#define DEFAULT_MAX_READ_BUFFER (1024 * 1024)
+#define DEFAULT_HIGH_WATER (1024 * 1024)
+#define DEFAULT_LOW_WATER (256 * 1024)
+#define SMALL_CHUNK 1024              /* copies smaller than this share chunks */
+#define DEFAULT_CLOSE_LINGER_MS 30000 /* graceful close without a write timeout */
+
+typedef enum {
+  READ_NONE,
+  READ_RAW,
+  READ_EXACTLY,
+  READ_UNTIL,
+} ReadMode;
+
+typedef enum {
+  CHUNK_COPY,
+  CHUNK_BYTES,
+  CHUNK_FILE,
+} ChunkKind;
+
+typedef struct _Chunk Chunk;
+struct _Chunk {
+  Chunk *next;
+  ChunkKind kind;
+  gsize off;          /* COPY/BYTES: bytes already sent */
+  gsize len;          /* COPY/BYTES: bytes in the chunk; FILE: bytes left */
+  union {
+    struct { gsize cap; guint8 data[]; } copy;
+    GBytes *bytes;
+    struct { int fd; guint64 pos; } file;
+  };
+};
+
+typedef struct {
+  WeftConnectionReadFunc func;
+  gpointer data;
+  GDestroyNotify notify;
+} ReadCb;
+
+struct _WeftConnection {
+  gint ref_count;
+  WeftContext *ctx;
+  int fd;
+  guint fd_id;
+  GIOCondition interest;      /* what the fd source waits for now */
+
+  /* state */
+  guint in_fd_callback : 1;   /* writes are flushed when it returns */
+  guint read_paused : 1;      /* above the high water mark */
+  guint peer_closed : 1;
+  guint fin_seen : 1;         /* the peer shut down while we were not reading */
+  guint write_shutdown : 1;   /* requested: shut the write side once flushed */
+  guint write_shut_done : 1;
+  guint closing : 1;          /* graceful close: flush, then close */
+  guint closed : 1;
+  guint above_high : 1;
+  guint handshaking : 1;
+  guint is_tls : 1;
+  guint tls_read_wants_out : 1;
+  guint tls_write_wants_in : 1;
+
+  /* read side */
+  ReadMode mode;
+  ReadCb reader;
+  gsize want;                 /* READ_EXACTLY: bytes; READ_UNTIL: max length */
+  guint8 *delim;
+  gsize delim_len;
+  guint8 *rbuf;               /* unconsumed bytes; NULL when none */
+  gsize rlen;
+  gsize rcap;
+  gsize max_read_buffer;
+
+  /* write side */
+  Chunk *wq_head;
+  Chunk *wq_tail;
+  gsize wq_bytes;
+  gsize high_water;
+  gsize low_water;
+
+  /* events */
+  WeftConnectionEventFunc event_func;
+  gpointer event_data;
+  GDestroyNotify event_notify;
+
+  /* timeouts */
+  guint idle_ms;
+  guint write_ms;
+  guint idle_id;
+  guint write_id;
+  guint linger_id;
+  gint64 last_activity;
+  gint64 last_write_progress;
+
+  /* TLS */
+  WeftTlsSession *tls;
+  WeftTlsConfig *tls_config;
+  guint handshake_id;         /* the handshake timeout */
+  WeftConnectFunc tls_done;
+  gpointer tls_done_data;
+  GDestroyNotify tls_done_notify;
+  gchar *alpn;
+  gchar *server_name;
+
+  WeftConnectionCloseHook close_hook;
+  gpointer close_hook_data;
+};
+
+static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
+static void flush (WeftConnection *self);
+static void update_interest (WeftConnection *self);
+static void fail (WeftConnection *self, GError *error);
+static void finish_close (WeftConnection *self, gboolean abortive);
+static void drive_handshake (WeftConnection *self);
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static inline gboolean
+on_own_context (WeftConnection *self)
+{
+  WeftContext *current = weft_context_get_current ();
+  return current == NULL || current == self->ctx;
+}
+
+/* One per thread, freed when the thread exits (GPrivate's notify); the
+ * thread-local pointer saves the lookup. */
+static GPrivate scratch_key = G_PRIVATE_INIT (g_free);
+static _Thread_local guint8 *scratch;
+
+static guint8 *
+scratch_buffer (void)
+{
+  if (G_UNLIKELY (scratch == NULL))
+    {
+      scratch = g_malloc (SCRATCH_SIZE);
+      g_private_set (&scratch_key, scratch);
+    }
+  return scratch;
+}
+
+/* Where I/O may happen now: on a worker (SIGPIPE blocked, and the context
+ * runs there), not on a foreign thread setting the connection up. */
+static inline gboolean
+can_do_io (WeftConnection *self)
+{
+  return weft_engine_is_worker_thread (weft_context_get_engine (self->ctx));
+}
+
+static void
+emit (WeftConnection *self, WeftConnectionEvent event, const GError *error)
+{
+  if (self->event_func != NULL)
+    self->event_func (self, event, error, self->event_data);
+}
+
+static void
+clear_reader (WeftConnection *self)
+{
+  ReadCb old = self->reader;
+  self->mode = READ_NONE;
+  memset (&self->reader, 0, sizeof self->reader);
+  g_clear_pointer (&self->delim, g_free);
+  if (old.notify != NULL)
+    old.notify (old.data);
+}
+
+static void
+free_chunk (Chunk *c)
+{
+  if (c->kind == CHUNK_BYTES)
+    g_bytes_unref (c->bytes);
+  else if (c->kind == CHUNK_FILE)
+    close (c->file.fd);
+  g_free (c);
+}
+
+static void
+drop_queue (WeftConnection *self)
+{
+  Chunk *c = self->wq_head;
+  while (c != NULL)
+    {
+      Chunk *next = c->next;
+      free_chunk (c);
+      c = next;
+    }
+  self->wq_head = self->wq_tail = NULL;
+  self->wq_bytes = 0;
+}
+
+static void
+touch (WeftConnection *self)
+{
+  if (self->idle_ms != 0)
+    self->last_activity = g_get_monotonic_time ();
+}
+
+/* ---- construction ------------------------------------------------------ */
+
+/* The fd source's notify: the engine no longer watches the fd, so only now
+ * may it be closed (its number could otherwise be reused while still
+ * registered). Runs on the context, after on_fd() if that is running. */
+static void
+source_gone (gpointer data)
+{
+  WeftConnection *self = data;
+  if (!self->closed)
+    {
+      /* The context was destroyed under us (or the engine died): close
+       * the way an abort would, minus the source already gone. */
+      self->fd_id = 0;
+      finish_close (self, TRUE);
+    }
+  if (self->fd >= 0)
+    close (self->fd);
+  self->fd = -1;
+  weft_connection_unref (self);
+}
+
+WeftConnection *
+weft__connection_new (WeftContext *ctx, int fd, GError **error)
+{
+  WeftConnection *self = g_new0 (WeftConnection, 1);
+  self->ref_count = 1;
+  self->ctx = weft_context_ref (ctx);
+  self->fd = fd;
+  self->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
+  self->high_water = DEFAULT_HIGH_WATER;
+  self->low_water = DEFAULT_LOW_WATER;
+
+  /* The source holds a reference until the socket is closed. Until a
+   * reader is installed only the peer's shutdown, errors and hang-ups are
+   * reported. */
+  self->interest = WEFT__IO_RDHUP;
+  self->fd_id = weft__context_add_fd (ctx, fd, self->interest, on_fd, weft_connection_ref (self),
+                                      source_gone, error);
+  if (self->fd_id == 0)
+    {
+      /* source_gone() ran and closed the fd. */
+      self->closed = TRUE;
+      weft_connection_unref (self);
+      return NULL;
+    }
+  return self;
+}
+
+/**
+ * weft_connection_new:
+ * @ctx: the context that will own the connection and run its callbacks
+ * @fd: a connected stream socket (TCP or Unix); the connection takes it
+ *   over, makes it non-blocking and closes it when done
+ * @error: return location for a #GError
+ *
+ * Wraps a connected socket. Install callbacks with
+ * weft_connection_start_reading() and friends and
+ * weft_connection_set_event_func(), from @ctx's callbacks or before
+ * dispatching @ctx.
+ *
+ * Returns: (transfer full) (nullable): a new connection, or %NULL with
+ *   @error set (then @fd is closed)
+ */
+WeftConnection *
+weft_connection_new (WeftContext *ctx, gint fd, GError **error)
+{
+  g_return_val_if_fail (ctx != NULL, NULL);
+  g_return_val_if_fail (fd >= 0, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  int flags = fcntl (fd, F_GETFL);
+  if (flags < 0 || (!(flags & O_NONBLOCK) && fcntl (fd, F_SETFL, flags | O_NONBLOCK) < 0))
+    {
+      int err = errno;
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (err),
+                   "fd %d: cannot make it non-blocking: %s", fd, g_strerror (err));
+      close (fd);
+      return NULL;
+    }
+  return weft__connection_new (ctx, fd, error);
+}
+
+/**
+ * weft_connection_ref:
+ * @self: a connection
+ *
+ * Returns: (transfer full): @self
+ */
+WeftConnection *
+weft_connection_ref (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_atomic_int_inc (&self->ref_count);
+  return self;
+}
+
+/**
+ * weft_connection_unref:
+ * @self: (transfer full): a connection
+ *
+ * Drops a reference. An open connection stays open while its socket is
+ * registered (it holds a reference of its own until it is closed), so
+ * dropping yours does not close it: call weft_connection_close() first if
+ * that is what you mean. Any thread.
+ */
+void
+weft_connection_unref (WeftConnection *self)
+{
+  if (self == NULL)
+    return;
+  if (!g_atomic_int_dec_and_test (&self->ref_count))
+    return;
+  /* The last reference can only go after the fd source let go, i.e. after
+   * finish_close() or a failed construction. */
+  g_assert (self->closed);
+  drop_queue (self);
+  g_free (self->rbuf);
+  g_free (self->delim);
+  g_free (self->alpn);
+  g_free (self->server_name);
+  if (self->tls != NULL)
+    weft__tls_session_free (self->tls);
+  if (self->tls_config != NULL)
+    weft_tls_config_unref (self->tls_config);
+  weft_context_unref (self->ctx);
+  g_free (self);
+}
+
+/**
+ * weft_connection_get_context:
+ * @self: a connection
+ *
+ * Returns: (transfer none): the context that owns @self
+ */
+WeftContext *
+weft_connection_get_context (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->ctx;
+}
+
+/**
+ * weft_connection_get_fd:
+ * @self: a connection
+ *
+ * Returns: the socket, or -1 once closed. Do not read or write it directly
+ *   (the connection buffers), but setting socket options is fine.
+ */
+gint
+weft_connection_get_fd (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, -1);
+  return self->closed ? -1 : self->fd;
+}
+
+void
+weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook hook,
+                                 gpointer data)
+{
+  self->close_hook = hook;
+  self->close_hook_data = data;
+}
+
+gboolean
+weft__connection_has_callbacks (WeftConnection *self)
+{
+  return self->mode != READ_NONE || self->event_func != NULL;
+}
+
+/**
+ * weft_connection_set_event_func:
+ * @self: a connection
+ * @func: (scope notified) (closure user_data) (destroy notify) (nullable):
+ *   called on @self's context for each #WeftConnectionEvent
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data when @func is replaced or the
+ *   connection is closed
+ *
+ * Without an event callback, a connection whose peer closes its side is
+ * closed gracefully once its output is flushed.
+ */
+void
+weft_connection_set_event_func (WeftConnection *self, WeftConnectionEventFunc func,
+                                gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+
+  GDestroyNotify old_notify = self->event_notify;
+  gpointer old_data = self->event_data;
+  self->event_func = self->closed ? NULL : func;
+  self->event_data = user_data;
+  self->event_notify = notify;
+  if (old_notify != NULL)
+    old_notify (old_data);
+  if (self->closed)
+    {
+      self->event_notify = NULL;
+      if (notify != NULL)
+        notify (user_data);
+    }
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+static void
+set_reader (WeftConnection *self, ReadMode mode, WeftConnectionReadFunc func,
+            gpointer user_data, GDestroyNotify notify)
+{
+  if (self->mode != READ_NONE)
+    clear_reader (self);
+  if (self->closed)
+    {
+      if (notify != NULL)
+        notify (user_data);
+      return;
+    }
+  self->mode = mode;
+  self->reader.func = func;
+  self->reader.data = user_data;
+  self->reader.notify = notify;
+}
+
+static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
+                     gsize len);
+
+/* A reader installed from a callback may already be satisfied by buffered
+ * bytes: deliver them from a job, so the caller's stack unwinds first and
+ * the order of callbacks stays simple. */
+static void
+deliver_buffered_job (gpointer data)
+{
+  WeftConnection *self = data;
+  if (!self->closed && self->rlen > 0 && self->mode != READ_NONE && !self->in_fd_callback)
+    {
+      guint8 *buf = self->rbuf;
+      gsize len = self->rlen, cap = self->rcap;
+      self->rbuf = NULL;
+      self->rlen = self->rcap = 0;
+      self->in_fd_callback = TRUE; /* batch the reader's writes */
+      deliver (self, buf, cap, buf, len);
+      self->in_fd_callback = FALSE;
+      if (!self->closed)
+        flush (self);
+      if (!self->closed)
+        update_interest (self);
+    }
+}
+
+static void
+reader_installed (WeftConnection *self)
+{
+  if (self->closed)
+    return;
+  if (self->rlen > 0 && !self->in_fd_callback)
+    weft_context_post (self->ctx, deliver_buffered_job, weft_connection_ref (self),
+                       (GDestroyNotify) weft_connection_unref);
+  if (!self->in_fd_callback)
+    update_interest (self);
+}
+
+/**
+ * weft_connection_start_reading:
+ * @self: a connection
+ * @func: (scope notified) (closure user_data) (destroy notify): gets the
+ *   bytes as they arrive and returns how many it consumed
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data when the reader is replaced or
+ *   stopped, or the connection closes
+ *
+ * Raw mode: @func sees every byte that arrives, together with whatever it
+ * left unconsumed before. Unconsumed bytes are kept (up to
+ * weft_connection_set_max_read_buffer(); beyond that the connection fails
+ * with %G_IO_ERROR_MESSAGE_TOO_LARGE). Replaces any other reader.
+ */
+void
+weft_connection_start_reading (WeftConnection *self, WeftConnectionReadFunc func,
+                               gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (func != NULL);
+  g_return_if_fail (on_own_context (self));
+  set_reader (self, READ_RAW, func, user_data, notify);
+  reader_installed (self);
+}
+
+/**
+ * weft_connection_read_exactly:
+ * @self: a connection
+ * @n: how many bytes to wait for (> 0, at most the maximum read buffer)
+ * @func: (scope notified) (closure user_data) (destroy notify): called once
+ *   with exactly @n bytes
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data after the call, or when the request
+ *   is replaced or the connection closes first
+ *
+ * One-shot: calls @func once @n bytes have arrived, then stops reading
+ * (install the next reader from @func to go on). Replaces any other reader.
+ */
+void
+weft_connection_read_exactly (WeftConnection *self, gsize n, WeftConnectionReadFunc func,
+                              gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (func != NULL);
+  g_return_if_fail (n > 0 && n <= self->max_read_buffer);
+  g_return_if_fail (on_own_context (self));
+  set_reader (self, READ_EXACTLY, func, user_data, notify);
+  self->want = n;
+  reader_installed (self);
+}
+
+/**
+ * weft_connection_read_until:
+ * @self: a connection
+ * @delimiter: (array length=delimiter_len): the bytes to wait for, such as
+ *   "\r\n"
+ * @delimiter_len: their number (> 0)
+ * @max_len: fail with %G_IO_ERROR_MESSAGE_TOO_LARGE if this many bytes
+ *   arrive without the delimiter (0: the maximum read buffer)
+ * @func: (scope notified) (closure user_data) (destroy notify): called once
+ *   with the bytes up to and including the delimiter
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data after the call, or when the request
+ *   is replaced or the connection closes first
+ *
+ * One-shot, like weft_connection_read_exactly(), for a delimiter.
+ */
+void
+weft_connection_read_until (WeftConnection *self, const guint8 *delimiter, gsize delimiter_len,
+                            gsize max_len, WeftConnectionReadFunc func, gpointer user_data,
+                            GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (delimiter != NULL && delimiter_len > 0);
+  g_return_if_fail (func != NULL);
+  g_return_if_fail (on_own_context (self));
+  set_reader (self, READ_UNTIL, func, user_data, notify);
+  if (self->mode != READ_UNTIL)
+    return; /* closed */
+  self->delim = g_memdup2 (delimiter, delimiter_len);
+  self->delim_len = delimiter_len;
+  self->want = max_len == 0 || max_len > self->max_read_buffer ? self->max_read_buffer : max_len;
+  reader_installed (self);
+}
+
+/**
+ * weft_connection_stop_reading:
+ * @self: a connection
+ *
+ * Removes the reader (its notify runs). Bytes that arrive meanwhile stay in
+ * the kernel, so the peer is slowed down by TCP flow control.
+ */
+void
+weft_connection_stop_reading (WeftConnection *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  if (self->mode != READ_NONE)
+    clear_reader (self);
+  if (!self->in_fd_callback && !self->closed)
+    update_interest (self);
+}
+
+/**
+ * weft_connection_set_max_read_buffer:
+ * @self: a connection
+ * @max_bytes: the most unconsumed bytes kept (at least 1; default 1 MiB)
+ */
+void
+weft_connection_set_max_read_buffer (WeftConnection *self, gsize max_bytes)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (max_bytes > 0);
+  g_return_if_fail (on_own_context (self));
+  self->max_read_buffer = max_bytes;
+}
+
+static void
+fail_literal (WeftConnection *self, GIOErrorEnum code, const char *message)
+{
+  fail (self, g_error_new_literal (G_IO_ERROR, code, message));
+}
+
+/* Hands @data to the reader until it stops taking bytes, and keeps the
+ * rest in rbuf. @data points into scratch (@owned NULL) or into @owned, a
+ * heap buffer of @owned_cap bytes that deliver() takes over. */
+static void
+deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data, gsize len)
+{
+  while (len > 0 && !self->closed && self->mode != READ_NONE)
+    {
+      gsize used = 0;
+      switch (self->mode)
+        {
+        case READ_RAW:
+          {
+            used = self->reader.func (self, data, len, self->reader.data);
+            g_return_if_fail (used <= len);
+            break;
+          }
+        case READ_EXACTLY:
+          if (len >= self->want)
+            {
+              ReadCb cb = self->reader;
+              used = self->want;
+              /* Clear first: the callback may install the next reader. */
+              self->mode = READ_NONE;
+              memset (&self->reader, 0, sizeof self->reader);
+              cb.func (self, data, used, cb.data);
+              if (cb.notify != NULL)
+                cb.notify (cb.data);
+            }
+          break;
+        case READ_UNTIL:
+          {
+            const guint8 *hit = memmem (data, MIN (len, self->want), self->delim,
+                                        self->delim_len);
+            if (hit != NULL)
+              {
+                ReadCb cb = self->reader;
+                used = (gsize) (hit - data) + self->delim_len;
+                self->mode = READ_NONE;
+                memset (&self->reader, 0, sizeof self->reader);
+                g_clear_pointer (&self->delim, g_free);
+                cb.func (self, data, used, cb.data);
+                if (cb.notify != NULL)
+                  cb.notify (cb.data);
+              }
+            else if (len >= self->want)
+              {
+                fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
+                              "the delimiter did not arrive within the length limit");
+                return;
+              }
+            break;
+          }
+        case READ_NONE:
+          break;
+        }
+      if (used == 0)
+        break;
+      data += used;
+      len -= used;
+    }
+
+  if (len == 0 || self->closed)
+    {
+      g_free (owned);
+      return;
+    }
+  /* Keep the rest for the next reader, or for more bytes. The reader may
+   * have left bytes kept from before (it ran with them), so rbuf is empty
+   * here. */
+  g_assert (self->rbuf == NULL);
+  if (len > self->max_read_buffer)
+    {
+      g_free (owned);
+      fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
+                    "more unconsumed input than the read buffer limit");
+      return;
+    }
+  if (owned != NULL)
+    {
+      memmove (owned, data, len);
+      /* Do not sit on a big buffer for a few bytes. */
+      if (owned_cap > 4 * len && owned_cap > 4096)
+        {
+          owned_cap = MAX (len, (gsize) 256);
+          owned = g_realloc (owned, owned_cap);
+        }
+    }
+  else
+    {
+      owned_cap = MAX (len, (gsize) 256);
+      owned = g_malloc (owned_cap);
+      memcpy (owned, data, len);
+    }
+  self->rbuf = owned;
+  self->rlen = len;
+  self->rcap = owned_cap;
+}
+
+/* Reads once: into the scratch buffer, or after the kept bytes. Returns
+ * bytes read, 0 at end of file, -EAGAIN, or another -errno (error set). */
+static gssize
+read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_len,
+           GError **error)
+{
+  guint8 *buf;
+  gsize room;
+  gboolean owned = self->rlen > 0;
+
+  if (owned)
+    {
+      gsize limit = self->max_read_buffer;
+      if (self->rlen >= limit)
+        return -ENOBUFS;
+      if (self->rcap - self->rlen < 4096 && self->rcap < limit)
+        {
+          self->rcap = MIN (MAX (self->rcap * 2, self->rlen + 4096), limit);
+          self->rbuf = g_realloc (self->rbuf, self->rcap);
+        }
+      buf = self->rbuf + self->rlen;
+      room = self->rcap - self->rlen;
+    }
+  else
+    {
+      buf = scratch_buffer ();
+      room = MIN ((gsize) SCRATCH_SIZE, self->max_read_buffer);
+    }
+
+  gssize n;
+  if (self->tls != NULL)
+    {
+      GIOCondition want = 0;
+      n = weft__tls_read (self->tls, buf, room, &want, error);
+      if (n == WEFT_TLS_AGAIN)
+        {
+          self->tls_read_wants_out = (want & G_IO_OUT) != 0;
+          return -EAGAIN;
+        }
+      self->tls_read_wants_out = FALSE;
+      if (n == WEFT_TLS_ERROR)
+        return -EPROTO;
+    }
+  else
+    {
+      do
+        n = read (self->fd, buf, room);
+      while (n < 0 && errno == EINTR);
+      if (n < 0)
+        {
+          int err = errno;
+          if (err == EAGAIN || err == EWOULDBLOCK)
+            return -EAGAIN;
+          g_set_error (error, G_IO_ERROR, g_io_error_from_errno (err), "read: %s",
+                       g_strerror (err));
+          return -err;
+        }
+    }
+  if (n > 0)
+    {
+      if (owned)
+        {
+          /* The buffer goes to deliver(), which keeps what is left. */
+          *out_buf = self->rbuf;
+          *out_cap = self->rcap;
+          *out_len = self->rlen + (gsize) n;
+          self->rbuf = NULL;
+          self->rlen = self->rcap = 0;
+        }
+      else
+        {
+          *out_buf = buf;
+          *out_cap = 0;
+          *out_len = (gsize) n;
+        }
+    }
+  return n;
+}
+
+static void
+handle_peer_closed (WeftConnection *self)
+{
+  if (self->peer_closed)
+    return;
+  self->peer_closed = TRUE;
+  if (self->event_func != NULL)
+    emit (self, WEFT_CONNECTION_EVENT_PEER_CLOSED, NULL);
+  else
+    weft_connection_close (self);
+  if (!self->closed && self->write_shut_done)
+    finish_close (self, FALSE);
+}
+
+static void
+do_reads (WeftConnection *self)
+{
+  for (guint i = 0; i < READS_PER_CALLBACK; i++)
+    {
+      if (self->closed || self->mode == READ_NONE || self->read_paused || self->peer_closed ||
+          self->closing)
+        return;
+      guint8 *buf = NULL;
+      gsize cap = 0, len = 0;
+      GError *error = NULL;
+      gssize n = read_once (self, &buf, &cap, &len, &error);
+      if (n == -EAGAIN)
+        return;
+      if (n == -ENOBUFS)
+        {
+          fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
+                        "more unconsumed input than the read buffer limit");
+          return;
+        }
+      if (n < 0)
+        {
+          fail (self, error);
+          return;
+        }
+      if (n == 0)
+        {
+          handle_peer_closed (self);
+          return;
+        }
+      touch (self);
+      deliver (self, cap != 0 ? buf : NULL, cap, buf, len);
+      /* A short read drained the socket (the re-arm reports anything that
+       * arrives later); TLS may still hold decrypted bytes. */
+      if (n < SCRATCH_SIZE / 2 && !(self->tls != NULL && weft__tls_has_pending (self->tls)))
+        return;
+    }
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+static void
+check_high_water (WeftConnection *self)
+{
+  if (!self->above_high && self->wq_bytes > self->high_water)
+    {
+      self->above_high = TRUE;
+      self->read_paused = TRUE;
+    }
+}
+
+static void
+append_chunk (WeftConnection *self, Chunk *c)
+{
+  c->next = NULL;
+  if (self->wq_tail != NULL)
+    self->wq_tail->next = c;
+  else
+    self->wq_head = c;
+  self->wq_tail = c;
+}
+
+static gboolean
+can_write (WeftConnection *self)
+{
+  return !self->closed && !self->closing && !self->write_shutdown;
+}
+
+/* After queueing: flush now unless a flush is coming anyway (the fd
+ * callback flushes when it returns) or we are not on a worker. */
+static void
+queued (WeftConnection *self)
+{
+  check_high_water (self);
+  if (self->in_fd_callback)
+    return;
+  if (can_do_io (self) && !self->handshaking)
+    flush (self);
+  if (!self->closed)
+    update_interest (self);
+}
+
+/**
+ * weft_connection_write:
+ * @self: a connection
+ * @data: (array length=len): bytes to send; copied if they cannot be sent
+ *   at once
+ * @len: their number
+ *
+ * Queues bytes for sending, in order with everything written before.
+ * Never blocks; check weft_connection_is_write_blocked() to stop producing
+ * while the peer is slow, and resume on %WEFT_CONNECTION_EVENT_DRAINED.
+ *
+ * Returns: %TRUE if queued; %FALSE if the connection is closed or closing
+ *   or its write side was shut down.
+ */
+gboolean
+weft_connection_write (WeftConnection *self, const guint8 *data, gsize len)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (data != NULL || len == 0, FALSE);
+  g_return_val_if_fail (on_own_context (self), FALSE);
+  if (!can_write (self))
+    return FALSE;
+  if (len == 0)
+    return TRUE;
+
+  Chunk *tail = self->wq_tail;
+  if (tail != NULL && tail->kind == CHUNK_COPY && tail->copy.cap - tail->len >= len)
+    {
+      /* Small writes share one chunk: fewer iovecs, fewer allocations. */
+      memcpy (tail->copy.data + tail->len, data, len);
+      tail->len += len;
+    }
+  else
+    {
+      gsize cap = MAX (len, (gsize) SMALL_CHUNK);
+      Chunk *c = g_malloc (sizeof (Chunk) + cap);
+      c->kind = CHUNK_COPY;
+      c->off = 0;
+      c->len = len;
+      c->copy.cap = cap;
+      memcpy (c->copy.data, data, len);
+      append_chunk (self, c);
+    }
+  self->wq_bytes += len;
+  queued (self);
+  return TRUE;
+}
+
+/**
+ * weft_connection_write_bytes:
+ * @self: a connection
+ * @bytes: bytes to send, referenced until sent
+ *
+ * Like weft_connection_write() without copying.
+ *
+ * Returns: %TRUE if queued; %FALSE if the connection is closed or closing.
+ */
+gboolean
+weft_connection_write_bytes (WeftConnection *self, GBytes *bytes)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (bytes != NULL, FALSE);
+  g_return_val_if_fail (on_own_context (self), FALSE);
+  if (!can_write (self))
+    return FALSE;
+  gsize len = g_bytes_get_size (bytes);
+  if (len == 0)
+    return TRUE;
+  if (len < SMALL_CHUNK)
+    return weft_connection_write (self, g_bytes_get_data (bytes, NULL), len);
+  Chunk *c = g_new (Chunk, 1);
+  c->kind = CHUNK_BYTES;
+  c->off = 0;
+  c->len = len;
+  c->bytes = g_bytes_ref (bytes);
+  append_chunk (self, c);
+  self->wq_bytes += len;
+  queued (self);
+  return TRUE;
+}
+
+/**
+ * weft_connection_send_file:
+ * @self: a connection
+ * @fd: a regular file open for reading; it is duplicated, so the caller
+ *   may close its own descriptor at once
+ * @offset: where to start
+ * @length: how many bytes to send
+ * @error: return location for a #GError
+ *
+ * Queues part of a file, sent with sendfile() (or read and encrypted, on a
+ * TLS connection). Counts towards the write queue size like other bytes.
+ *
+ * Returns: %TRUE if queued; %FALSE with @error set if the connection is
+ *   closed (%G_IO_ERROR_CLOSED) or @fd cannot be duplicated.
+ */
+gboolean
+weft_connection_send_file (WeftConnection *self, gint fd, guint64 offset, guint64 length,
+                           GError **error)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (fd >= 0, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  g_return_val_if_fail (on_own_context (self), FALSE);
+  if (!can_write (self))
+    {
+      g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_CLOSED, "the connection is closed");
+      return FALSE;
+    }
+  if (length == 0)
+    return TRUE;
+  int copy = fcntl (fd, F_DUPFD_CLOEXEC, 3);
+  if (copy < 0)
+    {
+      int err = errno;
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (err), "dup: %s",
+                   g_strerror (err));
+      return FALSE;
+    }
+  Chunk *c = g_new (Chunk, 1);
+  c->kind = CHUNK_FILE;
+  c->off = 0;
+  c->len = length;
+  c->file.fd = copy;
+  c->file.pos = offset;
+  append_chunk (self, c);
+  self->wq_bytes += length;
+  queued (self);
+  return TRUE;
+}
+
+/**
+ * weft_connection_get_write_queued:
+ * @self: a connection
+ *
+ * Returns: bytes queued and not yet taken by the kernel
+ */
+gsize
+weft_connection_get_write_queued (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  return self->wq_bytes;
+}
+
+/**
+ * weft_connection_set_write_watermarks:
+ * @self: a connection
+ * @high: above this many queued bytes, weft_connection_is_write_blocked()
+ *   is %TRUE and the connection stops reading (default 1 MiB)
+ * @low: once the queue falls to this, %WEFT_CONNECTION_EVENT_DRAINED is
+ *   emitted and reading resumes (default 256 KiB; at most @high)
+ */
+void
+weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize low)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (low <= high);
+  g_return_if_fail (on_own_context (self));
+  self->high_water = high;
+  self->low_water = low;
+  check_high_water (self);
+}
+
+/**
+ * weft_connection_is_write_blocked:
+ * @self: a connection
+ *
+ * Returns: %TRUE between crossing the high water mark and the
+ *   %WEFT_CONNECTION_EVENT_DRAINED event
+ */
+gboolean
+weft_connection_is_write_blocked (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  return self->above_high;
+}
+
+/* Sends what the socket takes. Returns FALSE if the connection failed. */
+static gboolean
+flush_plain (WeftConnection *self)
+{
+  while (self->wq_head != NULL)
+    {
+      Chunk *c = self->wq_head;
+      gssize n;
+      if (c->kind == CHUNK_FILE)
+        {
+          off_t pos = (off_t) c->file.pos;
+          gsize count = MIN (c->len, (gsize) (1 << 30));
+          do
+            n = sendfile (self->fd, c->file.fd, &pos, count);
+          while (n < 0 && errno == EINTR);
+          if (n == 0)
+            {
+              fail_literal (self, G_IO_ERROR_FAILED, "sendfile: the file is shorter than the "
+                                                      "length queued");
+              return FALSE;
+            }
+          if (n > 0)
+            {
+              c->file.pos += (guint64) n;
+              c->len -= (gsize) n;
+              self->wq_bytes -= (gsize) n;
+              self->last_write_progress = g_get_monotonic_time ();
+              if (c->len == 0)
+                {
+                  self->wq_head = c->next;
+                  if (self->wq_head == NULL)
+                    self->wq_tail = NULL;
+                  free_chunk (c);
+                }
+              continue;
+            }
+        }
+      else
+        {
+          struct iovec iov[MAX_IOV];
+          int k = 0;
+          for (Chunk *p = c; p != NULL && p->kind != CHUNK_FILE && k < MAX_IOV; p = p->next)
+            {
+              const guint8 *base = p->kind == CHUNK_COPY
+                                     ? p->copy.data
+                                     : g_bytes_get_data (p->bytes, NULL);
+              iov[k].iov_base = (void *) (base + p->off);
+              iov[k].iov_len = p->len - p->off;
+              k++;
+            }
+          struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t) k };
+          do
+            n = sendmsg (self->fd, &msg, MSG_NOSIGNAL);
+          while (n < 0 && errno == EINTR);
+          if (n > 0)
+            {
+              gsize left = (gsize) n;
+              self->wq_bytes -= left;
+              self->last_write_progress = g_get_monotonic_time ();
+              while (left > 0)
+                {
+                  Chunk *h = self->wq_head;
+                  gsize avail = h->len - h->off;
+                  if (left < avail)
+                    {
+                      h->off += left;
+                      break;
+                    }
+                  left -= avail;
+                  self->wq_head = h->next;
+                  if (self->wq_head == NULL)
+                    self->wq_tail = NULL;
+                  free_chunk (h);
+                }
+              continue;
+            }
+        }
+      int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK)
+        return TRUE;
+      fail (self, g_error_new (G_IO_ERROR, g_io_error_from_errno (err), "write: %s",
+                               g_strerror (err)));
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+flush_tls (WeftConnection *self)
+{
+  while (self->wq_head != NULL)
+    {
+      Chunk *c = self->wq_head;
+      const guint8 *data;
+      gsize len;
+      if (c->kind == CHUNK_FILE)
+        {
+          guint8 *buf = scratch_buffer ();
+          gssize r;
+          do
+            r = pread (c->file.fd, buf, MIN (c->len, (gsize) 16384), (off_t) c->file.pos);
+          while (r < 0 && errno == EINTR);
+          if (r <= 0)
+            {
+              fail_literal (self, G_IO_ERROR_FAILED, "reading the file to send failed");
+              return FALSE;
+            }
+          data = buf;
+          len = (gsize) r;
+        }
+      else
+        {
+          const guint8 *base = c->kind == CHUNK_COPY ? c->copy.data
+                                                     : g_bytes_get_data (c->bytes, NULL);
+          data = base + c->off;
+          len = c->len - c->off;
+        }
+      GIOCondition want = 0;
+      GError *error = NULL;
+      gssize n = weft__tls_write (self->tls, data, len, &want, &error);
+      if (n == WEFT_TLS_AGAIN)
+        {
+          self->tls_write_wants_in = (want & G_IO_IN) != 0;
+          return TRUE;
+        }
+      self->tls_write_wants_in = FALSE;
+      if (n == WEFT_TLS_ERROR)
+        {
+          fail (self, error);
+          return FALSE;
+        }
+      self->wq_bytes -= (gsize) n;
+      self->last_write_progress = g_get_monotonic_time ();
+      gboolean done;
+      if (c->kind == CHUNK_FILE)
+        {
+          c->file.pos += (guint64) n;
+          c->len -= (gsize) n;
+          done = c->len == 0;
+        }
+      else
+        {
+          c->off += (gsize) n;
+          done = c->off == c->len;
+        }
+      if (done)
+        {
+          self->wq_head = c->next;
+          if (self->wq_head == NULL)
+            self->wq_tail = NULL;
+          free_chunk (c);
+        }
+    }
+  return TRUE;
+}
+
+static void
+flush (WeftConnection *self)
+{
+  if (self->closed || self->handshaking || self->wq_head == NULL)
+    goto after;
+  gsize before = self->wq_bytes;
+  if (!(self->tls != NULL ? flush_tls (self) : flush_plain (self)))
+    return;
+  if (self->wq_bytes < before)
+    touch (self);
+  if (self->above_high && self->wq_bytes <= self->low_water)
+    {
+      self->above_high = FALSE;
+      self->read_paused = FALSE;
+      if (!self->closing && !self->write_shutdown) /* nobody may write more */
+        emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
+      if (self->closed)
+        return;
+    }
+
+after:
+  if (self->closed || self->wq_head != NULL || self->handshaking)
+    return;
+  if (self->closing)
+    finish_close (self, FALSE);
+  else if (self->write_shutdown && !self->write_shut_done)
+    {
+      if (self->tls != NULL)
+        weft__tls_shutdown (self->tls);
+      shutdown (self->fd, SHUT_WR);
+      self->write_shut_done = TRUE;
+      if (self->peer_closed)
+        finish_close (self, FALSE);
+    }
+}
+
+/* ---- interest and the fd callback -------------------------------------- */
+
+static void
+update_interest (WeftConnection *self)
+{
+  if (self->closed)
+    return;
+  GIOCondition want = 0;
+  if (self->handshaking)
+    want = self->interest; /* drive_handshake() chose it */
+  else
+    {
+      if (self->mode != READ_NONE && !self->read_paused && !self->peer_closed && !self->closing)
+        want |= G_IO_IN;
+      if (self->wq_head != NULL)
+        want |= G_IO_OUT;
+      if (self->tls_read_wants_out && (want & G_IO_IN))
+        want |= G_IO_OUT;
+      if (self->tls_write_wants_in && (want & G_IO_OUT))
+        want |= G_IO_IN;
+      /* Not reading: still learn when the peer goes away, without taking
+       * its bytes (flow control stays with the kernel). */
+      if (!(want & G_IO_IN) && !self->peer_closed && !self->fin_seen)
+        want |= WEFT__IO_RDHUP;
+    }
+  if (want != self->interest)
+    {
+      self->interest = want;
+      weft__context_set_fd_interest (self->ctx, self->fd_id, want, NULL);
+    }
+}
+
+/* Whether the peer shut down its sending side, with bytes possibly still
+ * unread. TCP says so in its state; elsewhere a peek can only tell when
+ * nothing is left unread. */
+static gboolean
+peer_has_shut_down (WeftConnection *self)
+{
+  struct tcp_info info;
+  socklen_t len = sizeof info;
+  if (getsockopt (self->fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0)
+    return info.tcpi_state == TCP_CLOSE_WAIT || info.tcpi_state == TCP_LAST_ACK ||
+           info.tcpi_state == TCP_CLOSING || info.tcpi_state == TCP_CLOSE ||
+           info.tcpi_state == TCP_TIME_WAIT;
+  char c;
+  ssize_t n = recv (self->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0;
+}
+
+static gboolean
+on_fd (gint fd, GIOCondition condition, gpointer user_data)
+{
+  WeftConnection *self = user_data;
+  if (self->closed)
+    return G_SOURCE_REMOVE;
+
+  weft_connection_ref (self);
+  self->in_fd_callback = TRUE;
+  if (self->handshaking)
+    drive_handshake (self);
+  else
+    {
+      if (condition & G_IO_ERR)
+        {
+          int err = 0;
+          socklen_t len = sizeof err;
+          getsockopt (fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          if (err != 0)
+            fail (self, g_error_new (G_IO_ERROR, g_io_error_from_errno (err), "socket: %s",
+                                     g_strerror (err)));
+        }
+      if (!self->closed && (condition & G_IO_IN) && !(self->interest & G_IO_IN))
+        {
+          /* EPOLLRDHUP while not reading, or a readiness from before the
+           * reader went away. */
+          if (peer_has_shut_down (self))
+            {
+              int unread = 0;
+              /* Stop watching for it (it stays reported). Unread bytes
+               * come first: the next reader gets them, then end of file. */
+              self->fin_seen = TRUE;
+              if (ioctl (fd, FIONREAD, &unread) == 0 && unread == 0)
+                handle_peer_closed (self);
+            }
+        }
+      else if (!self->closed && (condition & (G_IO_IN | G_IO_HUP | G_IO_ERR)))
+        do_reads (self);
+      if (!self->closed && (condition & G_IO_HUP) && !(self->interest & G_IO_IN))
+        {
+          /* Hung up while we were not reading: nothing more can happen. */
+          if (!self->peer_closed)
+            handle_peer_closed (self);
+          if (!self->closed)
+            fail_literal (self, G_IO_ERROR_CONNECTION_CLOSED, "the peer hung up");
+        }
+    }
+  self->in_fd_callback = FALSE;
+  if (!self->closed && !self->handshaking)
+    flush (self);
+  gboolean keep = !self->closed;
+  if (keep)
+    update_interest (self);
+  weft_connection_unref (self);
+  return keep ? G_SOURCE_CONTINUE : G_SOURCE_REMOVE;
+}
+
+/* ---- closing ----------------------------------------------------------- */
+
+static void
+remove_timeouts (WeftConnection *self)
+{
+  guint *ids[] = { &self->idle_id, &self->write_id, &self->linger_id, &self->handshake_id };
+  for (guint i = 0; i < G_N_ELEMENTS (ids); i++)
+    if (*ids[i] != 0)
+      {
+        weft_context_remove (self->ctx, *ids[i]);
+        *ids[i] = 0;
+      }
+}
+
+static void
+finish_close (WeftConnection *self, gboolean abortive)
+{
+  if (self->closed)
+    return;
+  self->closed = TRUE;
+  weft_connection_ref (self);
+  remove_timeouts (self);
+  /* Unregister before closing, so the fd number cannot be reused while the
+   * engine still watches it. The source's reference goes with it. */
+  guint id = self->fd_id; /* 0 if the source is already gone */
+  self->fd_id = 0;
+  if (!abortive && self->tls != NULL && !self->write_shut_done && !self->handshaking)
+    weft__tls_shutdown (self->tls);
+  if (abortive)
+    {
+      struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+      setsockopt (self->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+  if (id != 0)
+    weft_context_remove (self->ctx, id); /* closes the fd, now or on return */
+  drop_queue (self);
+  g_clear_pointer (&self->rbuf, g_free);
+  self->rlen = self->rcap = 0;
+  if (self->mode != READ_NONE)
+    clear_reader (self);
+
+  if (self->tls_done != NULL)
+    {
+      /* Closed during the handshake. */
+      WeftConnectFunc done = self->tls_done;
+      self->tls_done = NULL;
+      GError *error = g_error_new_literal (G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
+                                           "closed during the TLS handshake");
+      done (NULL, error, self->tls_done_data);
+      g_error_free (error);
+      if (self->tls_done_notify != NULL)
+        self->tls_done_notify (self->tls_done_data);
+    }
+
+  emit (self, WEFT_CONNECTION_EVENT_CLOSED, NULL);
+  WeftConnectionEventFunc ev = self->event_func;
+  self->event_func = NULL;
+  if (ev != NULL && self->event_notify != NULL)
+    self->event_notify (self->event_data);
+  self->event_notify = NULL;
+  if (self->close_hook != NULL)
+    self->close_hook (self, self->close_hook_data);
+  weft_connection_unref (self);
+}
+
+/* Emits ERROR, then closes abortively. Takes @error. */
+static void
+fail (WeftConnection *self, GError *error)
+{
+  if (self->closed)
+    {
+      g_error_free (error);
+      return;
+    }
+  emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
+  g_error_free (error);
+  finish_close (self, TRUE);
+}
+
+static gboolean
+linger_expired (gpointer data)
+{
+  WeftConnection *self = data;
+  self->linger_id = 0;
+  fail_literal (self, G_IO_ERROR_TIMED_OUT, "the peer did not take the output in time");
+  return G_SOURCE_REMOVE;
+}
+
+/**
+ * weft_connection_close:
+ * @self: a connection
+ *
+ * Graceful close: stops reading, sends what is queued, then closes (a TLS
+ * connection sends close_notify first). If the output is not taken within
+ * the write timeout (or 30 s without one), the connection fails with
+ * %G_IO_ERROR_TIMED_OUT and is closed abortively. The %WEFT_CONNECTION_EVENT_CLOSED
+ * event follows. Calling it again, or on a closed connection, does nothing.
+ */
+void
+weft_connection_close (WeftConnection *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  if (self->closed || self->closing)
+    return;
+  self->closing = TRUE;
+  if (self->mode != READ_NONE)
+    clear_reader (self);
+  if (self->wq_head == NULL)
+    {
+      finish_close (self, FALSE);
+      return;
+    }
+  if (self->write_ms == 0)
+    self->linger_id = weft_context_add_timeout (self->ctx, DEFAULT_CLOSE_LINGER_MS,
+                                                linger_expired, self, NULL);
+  if (!self->in_fd_callback)
+    {
+      if (can_do_io (self))
+        flush (self);
+      if (!self->closed)
+        update_interest (self);
+    }
+}
+
+/**
+ * weft_connection_abort:
+ * @self: a connection
+ *
+ * Abortive close: drops queued output and resets the connection (the peer
+ * sees ECONNRESET). The %WEFT_CONNECTION_EVENT_CLOSED event follows at once.
+ */
+void
+weft_connection_abort (WeftConnection *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  finish_close (self, TRUE);
+}
+
+/**
+ * weft_connection_shutdown_write:
+ * @self: a connection
+ *
+ * Half-close: once the queued output is sent, shuts down the sending side
+ * (the peer reads end of file) while reading goes on. Further writes
+ * return %FALSE. If the peer has closed its side too, the connection
+ * closes.
+ */
+void
+weft_connection_shutdown_write (WeftConnection *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  if (self->closed || self->write_shutdown)
+    return;
+  self->write_shutdown = TRUE;
+  if (!self->in_fd_callback && can_do_io (self))
+    flush (self);
+  else if (!self->in_fd_callback && !self->closed)
+    update_interest (self);
+}
+
+/**
+ * weft_connection_is_closed:
+ * @self: a connection
+ *
+ * Returns: %TRUE once the socket is closed
+ */
+gboolean
+weft_connection_is_closed (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, TRUE);
+  return self->closed;
+}
+
+/* ---- timeouts ---------------------------------------------------------- */
+
+static gboolean
+idle_check (gpointer data)
+{
+  WeftConnection *self = data;
+  gint64 idle = g_get_monotonic_time () - self->last_activity;
+  if (idle >= (gint64) self->idle_ms * 1000)
+    {
+      self->idle_id = 0;
+      fail_literal (self, G_IO_ERROR_TIMED_OUT, "idle timeout");
+      return G_SOURCE_REMOVE;
+    }
+  return G_SOURCE_CONTINUE;
+}
+
+/**
+ * weft_connection_set_idle_timeout:
+ * @self: a connection
+ * @timeout_ms: fail with %G_IO_ERROR_TIMED_OUT (and close abortively) when
+ *   no byte was read or written for this long; 0 turns it off (the default)
+ *
+ * Checked every @timeout_ms, so a connection may stay up to twice as long.
+ */
+void
+weft_connection_set_idle_timeout (WeftConnection *self, guint timeout_ms)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  if (self->closed)
+    return;
+  if (self->idle_id != 0)
+    weft_context_remove (self->ctx, self->idle_id);
+  self->idle_id = 0;
+  self->idle_ms = timeout_ms;
+  self->last_activity = g_get_monotonic_time ();
+  if (timeout_ms != 0)
+    self->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
+}
+
+static gboolean
+write_check (gpointer data)
+{
+  WeftConnection *self = data;
+  if (self->wq_head != NULL &&
+      g_get_monotonic_time () - self->last_write_progress >= (gint64) self->write_ms * 1000)
+    {
+      self->write_id = 0;
+      fail_literal (self, G_IO_ERROR_TIMED_OUT, "write timeout: the peer takes no output");
+      return G_SOURCE_REMOVE;
+    }
+  return G_SOURCE_CONTINUE;
+}
+
+/**
+ * weft_connection_set_write_timeout:
+ * @self: a connection
+ * @timeout_ms: fail with %G_IO_ERROR_TIMED_OUT (and close abortively) when
+ *   output is queued and the peer took none of it for this long; 0 turns
+ *   it off (the default; a graceful close still gives up after 30 s)
+ */
+void
+weft_connection_set_write_timeout (WeftConnection *self, guint timeout_ms)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (on_own_context (self));
+  if (self->closed)
+    return;
+  if (self->write_id != 0)
+    weft_context_remove (self->ctx, self->write_id);
+  self->write_id = 0;
+  self->write_ms = timeout_ms;
+  self->last_write_progress = g_get_monotonic_time ();
+  if (timeout_ms != 0)
+    self->write_id = weft_context_add_timeout (self->ctx, MAX (timeout_ms / 2, 1), write_check,
+                                               self, NULL);
+}
+
+/* ---- addresses --------------------------------------------------------- */
+
+static GSocketAddress *
+address_of (int fd, gboolean peer)
+{
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int r = peer ? getpeername (fd, (struct sockaddr *) &ss, &len)
+               : getsockname (fd, (struct sockaddr *) &ss, &len);
+  if (r < 0)
+    return NULL;
+  return g_socket_address_new_from_native (&ss, len);
+}
+
+/**
+ * weft_connection_get_peer_address:
+ * @self: a connection
+ *
+ * Returns: (transfer full) (nullable): the peer's address, or %NULL once
+ *   closed or if the kernel no longer knows it
+ */
+GSocketAddress *
+weft_connection_get_peer_address (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->closed ? NULL : address_of (self->fd, TRUE);
+}
+
+/**
+ * weft_connection_get_local_address:
+ * @self: a connection
+ *
+ * Returns: (transfer full) (nullable): the local address, or %NULL once
+ *   closed
+ */
+GSocketAddress *
+weft_connection_get_local_address (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->closed ? NULL : address_of (self->fd, FALSE);
+}
+
+/* ---- TLS --------------------------------------------------------------- */
+
+static void
+handshake_finished (WeftConnection *self, GError *error)
+{
+  WeftConnectFunc done = self->tls_done;
+  gpointer data = self->tls_done_data;
+  GDestroyNotify notify = self->tls_done_notify;
+  self->tls_done = NULL;
+  self->tls_done_notify = NULL;
+  if (self->handshake_id != 0)
+    {
+      weft_context_remove (self->ctx, self->handshake_id);
+      self->handshake_id = 0;
+    }
+  self->handshaking = FALSE;
+  self->interest = (GIOCondition) -1; /* force the next update */
+  if (error == NULL)
+    {
+      const char *alpn = weft__tls_get_alpn (self->tls);
+      const char *sni = weft__tls_get_server_name (self->tls);
+      self->alpn = g_strdup (alpn);
+      if (sni != NULL)
+        {
+          g_free (self->server_name);
+          self->server_name = g_strdup (sni);
+        }
+      touch (self);
+      if (done != NULL)
+        done (self, NULL, data);
+    }
+  else
+    {
+      if (done != NULL)
+        done (NULL, error, data);
+    }
+  if (notify != NULL)
+    notify (data);
+  if (error != NULL)
+    {
+      emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
+      g_error_free (error);
+      finish_close (self, TRUE);
+    }
+}
+
+static void
+drive_handshake (WeftConnection *self)
+{
+  GIOCondition want = 0;
+  GError *error = NULL;
+  int r = weft__tls_handshake (self->tls, &want, &error);
+  if (r == WEFT_TLS_AGAIN)
+    {
+      if (want != self->interest)
+        {
+          self->interest = want;
+          weft__context_set_fd_interest (self->ctx, self->fd_id, want, NULL);
+        }
+      return;
+    }
+  handshake_finished (self, r == WEFT_TLS_ERROR ? error : NULL);
+  if (!self->closed)
+    {
+      /* Bytes may have arrived with the last handshake flight. */
+      if (self->mode != READ_NONE)
+        do_reads (self);
+      if (!self->closed && !self->in_fd_callback)
+        flush (self);
+      if (!self->closed)
+        update_interest (self);
+    }
+}
+
+static gboolean
+handshake_expired (gpointer data)
+{
+  WeftConnection *self = data;
+  self->handshake_id = 0;
+  if (self->handshaking)
+    handshake_finished (self, g_error_new_literal (G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
+                                                   "TLS handshake timeout"));
+  return G_SOURCE_REMOVE;
+}
+
+static void
+start_tls_job (gpointer data)
+{
+  WeftConnection *self = data;
+  if (!self->closed && self->handshaking && !self->in_fd_callback)
+    {
+      self->in_fd_callback = TRUE;
+      drive_handshake (self);
+      self->in_fd_callback = FALSE;
+      if (!self->closed && !self->handshaking)
+        {
+          flush (self);
+          update_interest (self);
+        }
+    }
+}
+
+/**
+ * weft_connection_start_tls:
+ * @self: a connection with nothing read from it yet
+ * @config: a server or client configuration
+ * @server_name: (nullable): for a client, the name to send (SNI) and to
+ *   verify the certificate against
+ * @func: (scope notified) (closure user_data) (destroy notify) (nullable):
+ *   called on @self's context when the handshake succeeded (with @self) or
+ *   failed (with %NULL and the error; @self is then closed)
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data after @func ran
+ *
+ * Starts TLS on the connection, as server or client depending on @config.
+ * Output written meanwhile waits for the handshake; readers see decrypted
+ * bytes. The handshake must finish within the configuration's handshake
+ * timeout.
+ */
+void
+weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
+                           const gchar *server_name, WeftConnectFunc func, gpointer user_data,
+                           GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (config != NULL);
+  g_return_if_fail (self->tls == NULL);
+  g_return_if_fail (on_own_context (self));
+
+  GError *error = NULL;
+  if (self->closed)
+    {
+      error = g_error_new_literal (G_IO_ERROR, G_IO_ERROR_CLOSED, "the connection is closed");
+      if (func != NULL)
+        func (NULL, error, user_data);
+      if (notify != NULL)
+        notify (user_data);
+      g_error_free (error);
+      return;
+    }
+  gboolean server = weft__tls_config_is_server (config);
+  self->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
+  self->is_tls = TRUE;
+  self->tls_config = weft_tls_config_ref (config);
+  self->server_name = g_strdup (server_name);
+  self->tls_done = func;
+  self->tls_done_data = user_data;
+  self->tls_done_notify = notify;
+  self->handshaking = TRUE;
+  if (self->tls == NULL)
+    {
+      handshake_finished (self, error);
+      return;
+    }
+  guint timeout = weft_tls_config_get_handshake_timeout (config);
+  if (timeout != 0)
+    self->handshake_id = weft_context_add_timeout (self->ctx, timeout, handshake_expired, self,
+                                                   NULL);
+  /* A client speaks first; a server waits for the hello. Either way the
+   * first step runs on the context, on a worker. */
+  self->interest = server ? G_IO_IN : G_IO_OUT;
+  if (!self->in_fd_callback)
+    weft__context_set_fd_interest (self->ctx, self->fd_id, self->interest, NULL);
+  if (!server)
+    weft_context_post (self->ctx, start_tls_job, weft_connection_ref (self),
+                       (GDestroyNotify) weft_connection_unref);
+}
+
+/**
+ * weft_connection_is_tls:
+ * @self: a connection
+ *
+ * Returns: %TRUE if TLS was started on @self
+ */
+gboolean
+weft_connection_is_tls (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  return self->is_tls;
+}
+
+/**
+ * weft_connection_get_alpn_protocol:
+ * @self: a connection
+ *
+ * Returns: (nullable): the protocol ALPN chose (such as "http/1.1"), or
+ *   %NULL (no TLS, handshake not finished, or no protocol agreed)
+ */
+const gchar *
+weft_connection_get_alpn_protocol (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->alpn;
+}
+
+/**
+ * weft_connection_get_server_name:
+ * @self: a connection
+ *
+ * Returns: (nullable): on a TLS server connection the name the client asked
+ *   for (SNI); on a client connection the name given to
+ *   weft_connection_start_tls(); otherwise %NULL
+ */
+const gchar *
+weft_connection_get_server_name (WeftConnection *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->server_name;
+}

@@ -1,0 +1,604 @@
+/* test-listener.c: WeftListener on real sockets: address forms, adopted
+ * and socket-activated fds, limits, descriptor exhaustion, 1,000
+ * concurrent clients, graceful shutdown.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-net-util.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+
+static void
+echo_once (int fd)
+{
+  wt_send_str (fd, "ping");
+  char buf[4];
+  wt_recv_exactly (fd, buf, 4);
+  g_assert_cmpmem (buf, 4, "ping", 4);
+}
+
+/* ---- /listener/tcp-port-zero ------------------------------------------- */
+
+static void
+accept_echo (WeftListener *listener, WeftConnection *conn, gpointer user_data)
+{
+  atomic_int *accepted = user_data;
+  if (accepted != NULL)
+    atomic_fetch_add (accepted, 1);
+  wt_echo_setup (conn, NULL);
+}
+
+static void
+test_tcp_port_zero (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  atomic_int accepted = 0;
+  WeftListener *l = weft_listener_new (engine, accept_echo, &accepted, NULL);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_address (l, "127.0.0.1:0", &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_cmpuint (port, !=, 0);
+  g_assert_true (weft_listener_start (l, &error));
+  int fd = wt_connect_tcp (port);
+  echo_once (fd);
+  close (fd);
+  g_assert_cmpint (atomic_load (&accepted), ==, 1);
+  g_assert_cmpuint (weft_listener_get_n_accepted (l), ==, 1);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
+/* ---- /listener/ipv6 ---------------------------------------------------- */
+
+static void
+test_ipv6 (void)
+{
+  int probe = socket (AF_INET6, SOCK_STREAM, 0);
+  struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+  if (probe < 0 || bind (probe, (struct sockaddr *) &a6, sizeof a6) < 0)
+    {
+      if (probe >= 0)
+        close (probe);
+      g_test_skip ("no IPv6 loopback on this machine");
+      return;
+    }
+  close (probe);
+  WeftEngine *engine = wt_engine_new (2);
+  WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_address (l, "[::1]:0", &error));
+  g_assert_no_error (error);
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, &error));
+  int fd = socket (AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  a6.sin6_port = htons (port);
+  g_assert_cmpint (connect (fd, (struct sockaddr *) &a6, sizeof a6), ==, 0);
+  wt_set_timeouts (fd, 10000);
+  echo_once (fd);
+  close (fd);
+
+  /* Malformed forms are refused with INVALID_ARGUMENT. */
+  const char *bad[] = { "::1:80", "[::1:80", "127.0.0.1", "127.0.0.1:99999", "host:" };
+  for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
+    {
+      g_assert_false (weft_listener_add_address (l, bad[i], &error));
+      g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT);
+      g_clear_error (&error);
+    }
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
+/* ---- /listener/unix ---------------------------------------------------- */
+
+static void
+test_unix (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  GError *error = NULL;
+  gchar *dir = g_dir_make_tmp ("weft-unix-XXXXXX", &error);
+  g_assert_no_error (error);
+  gchar *path = g_build_filename (dir, "sock", NULL);
+  gchar *address = g_strconcat ("unix:", path, NULL);
+  g_assert_true (weft_listener_add_address (l, address, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (weft_listener_get_port (l, 0), ==, 0);
+  g_assert_true (weft_listener_start (l, &error));
+
+  int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sun = { .sun_family = AF_UNIX };
+  g_strlcpy (sun.sun_path, path, sizeof sun.sun_path);
+  g_assert_cmpint (connect (fd, (struct sockaddr *) &sun, sizeof sun), ==, 0);
+  wt_set_timeouts (fd, 10000);
+  echo_once (fd);
+  close (fd);
+
+  /* A regular file in the way is not replaced. */
+  gchar *file = g_build_filename (dir, "file", NULL);
+  g_assert_true (g_file_set_contents (file, "x", 1, NULL));
+  g_assert_false (weft_listener_add_unix (l, file, &error));
+  g_assert_nonnull (error);
+  g_clear_error (&error);
+
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+  /* The socket file goes with the listener (on its context: wait). */
+  WT_WAIT_UNTIL (!g_file_test (path, G_FILE_TEST_EXISTS));
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  unlink (file);
+  rmdir (dir);
+  g_free (file);
+  g_free (address);
+  g_free (path);
+  g_free (dir);
+}
+
+/* ---- /listener/address-in-use and /listener/reuse-port ----------------- */
+
+static void
+test_address_in_use (void)
+{
+  WeftEngine *engine = wt_engine_new (1);
+  WeftListener *a = weft_listener_new (engine, accept_echo, NULL, NULL);
+  WeftListener *b = weft_listener_new (engine, accept_echo, NULL, NULL);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (a, "127.0.0.1", 0, &error));
+  guint16 port = weft_listener_get_port (a, 0);
+  g_assert_false (weft_listener_add_tcp (b, "127.0.0.1", port, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_ADDRESS_IN_USE);
+  g_assert_nonnull (strstr (error->message, "127.0.0.1"));
+  g_clear_error (&error);
+  /* A privileged port as a normal user, or a name that does not resolve. */
+  g_assert_false (weft_listener_add_tcp (b, "no-such-host.invalid", 0, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND);
+  g_clear_error (&error);
+  if (geteuid () != 0)
+    {
+      g_assert_false (weft_listener_add_tcp (b, "127.0.0.1", 1, &error));
+      g_assert_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED);
+      g_clear_error (&error);
+    }
+  /* Starting without sockets fails. */
+  g_assert_false (weft_listener_start (b, &error));
+  g_assert_nonnull (error);
+  g_clear_error (&error);
+  weft_listener_unref (a);
+  weft_listener_unref (b);
+  weft_engine_unref (engine);
+}
+
+static void
+test_reuse_port (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  atomic_int na = 0, nb = 0;
+  WeftListener *a = weft_listener_new (engine, accept_echo, &na, NULL);
+  WeftListener *b = weft_listener_new (engine, accept_echo, &nb, NULL);
+  GError *error = NULL;
+  weft_listener_set_reuse_port (a, TRUE);
+  weft_listener_set_reuse_port (b, TRUE);
+  g_assert_true (weft_listener_add_tcp (a, "127.0.0.1", 0, &error));
+  guint16 port = weft_listener_get_port (a, 0);
+  g_assert_true (weft_listener_add_tcp (b, "127.0.0.1", port, &error));
+  g_assert_no_error (error);
+  g_assert_true (weft_listener_start (a, NULL));
+  g_assert_true (weft_listener_start (b, NULL));
+  /* The kernel spreads connections over both by the client's port. */
+  for (guint i = 0; i < 64; i++)
+    {
+      int fd = wt_connect_tcp (port);
+      echo_once (fd);
+      close (fd);
+    }
+  g_assert_cmpint (atomic_load (&na) + atomic_load (&nb), ==, 64);
+  g_assert_cmpint (atomic_load (&na), >, 0);
+  g_assert_cmpint (atomic_load (&nb), >, 0);
+  weft_listener_unref (a);
+  weft_listener_unref (b);
+  weft_engine_unref (engine);
+}
+
+/* ---- /listener/adopt-fd and /listener/systemd -------------------------- */
+
+static int
+listening_socket (guint16 *port)
+{
+  int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  socklen_t len = sizeof sa;
+  g_assert_cmpint (bind (fd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (fd, 16), ==, 0);
+  getsockname (fd, (struct sockaddr *) &sa, &len);
+  *port = ntohs (sa.sin_port);
+  return fd;
+}
+
+static void
+test_adopt_fd (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  GError *error = NULL;
+  guint16 port;
+  int lfd = listening_socket (&port);
+  g_assert_true (weft_listener_add_fd (l, lfd, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (weft_listener_get_port (l, 0), ==, port);
+
+  /* Not a listening socket: refused, and left open. */
+  int plain = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  g_assert_false (weft_listener_add_fd (l, plain, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&error);
+  g_assert_true (wt_fd_is_open (plain));
+  close (plain);
+
+  g_assert_true (weft_listener_start (l, NULL));
+  int fd = wt_connect_tcp (port);
+  echo_once (fd);
+  close (fd);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
+/* Socket activation, in a subprocess (it puts a socket on fd 3 and sets
+ * the environment): LISTEN_PID naming this process and LISTEN_FDS=1. */
+static void
+test_systemd (void)
+{
+  if (g_test_subprocess ())
+    {
+      guint16 port;
+      int lfd = listening_socket (&port);
+      if (lfd != 3)
+        {
+          g_assert_cmpint (dup2 (lfd, 3), ==, 3);
+          close (lfd);
+        }
+      gchar *pid = g_strdup_printf ("%d", (int) getpid ());
+      g_setenv ("LISTEN_PID", pid, TRUE);
+      g_setenv ("LISTEN_FDS", "1", TRUE);
+      WeftEngine *engine = wt_engine_new (2);
+      WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+      GError *error = NULL;
+      g_assert_cmpint (weft_listener_add_systemd (l, &error), ==, 1);
+      g_assert_no_error (error);
+      g_assert_cmpuint (weft_listener_get_port (l, 0), ==, port);
+      g_assert_true (weft_listener_start (l, NULL));
+      int fd = wt_connect_tcp (port);
+      echo_once (fd);
+      close (fd);
+      /* Meant for another process: nothing adopted. */
+      g_setenv ("LISTEN_PID", "1", TRUE);
+      g_assert_cmpint (weft_listener_add_systemd (l, &error), ==, 0);
+      weft_listener_unref (l);
+      weft_engine_unref (engine);
+      g_free (pid);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
+/* ---- /listener/max-connections ----------------------------------------- */
+
+static void
+test_max_connections (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  atomic_int accepted = 0;
+  WeftListener *l = weft_listener_new (engine, accept_echo, &accepted, NULL);
+  weft_listener_set_max_connections (l, 2);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, NULL));
+
+  int a = wt_connect_tcp (port), b = wt_connect_tcp (port);
+  echo_once (a);
+  echo_once (b);
+  /* The third completes the TCP handshake (the kernel's backlog) but is
+   * not accepted while two are live. */
+  int c = wt_connect_tcp (port);
+  wt_send_str (c, "ping");
+  wt_quiet_window_ms (200);
+  g_assert_cmpint (atomic_load (&accepted), ==, 2);
+  g_assert_cmpuint (weft_listener_get_n_connections (l), ==, 2);
+  /* One closes: the third is accepted and answered. */
+  close (a);
+  char buf[4];
+  wt_recv_exactly (c, buf, 4);
+  g_assert_cmpmem (buf, 4, "ping", 4);
+  g_assert_cmpint (atomic_load (&accepted), ==, 3);
+  close (b);
+  close (c);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (l) == 0);
+  g_assert_cmpuint (weft_listener_get_n_connections (l), ==, 0);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
+/* ---- /listener/emfile -------------------------------------------------- */
+
+static double
+cpu_seconds (void)
+{
+  struct rusage ru;
+  getrusage (RUSAGE_SELF, &ru);
+  return (double) ru.ru_utime.tv_sec + (double) ru.ru_utime.tv_usec / 1e6 +
+         (double) ru.ru_stime.tv_sec + (double) ru.ru_stime.tv_usec / 1e6;
+}
+
+static int
+count_open_fds (void)
+{
+  int n = 0;
+  GDir *d = g_dir_open ("/proc/self/fd", 0, NULL);
+  while (g_dir_read_name (d) != NULL)
+    n++;
+  g_dir_close (d);
+  return n - 1; /* the GDir's own */
+}
+
+/* Out of descriptors (RLIMIT_NOFILE lowered in a subprocess): accept fails
+ * with EMFILE; the listener backs off instead of spinning (the process
+ * uses well under half a CPU meanwhile), live connections keep echoing,
+ * and once descriptors are free again the waiting clients are served. */
+static void
+test_emfile (void)
+{
+  if (g_test_subprocess ())
+    {
+      /* The listener warns about EMFILE: expected here, so not fatal. */
+      g_log_set_always_fatal (G_LOG_FATAL_MASK | G_LOG_LEVEL_CRITICAL);
+      WeftEngine *engine = wt_engine_new (2);
+      atomic_int accepted = 0;
+      WeftListener *l = weft_listener_new (engine, accept_echo, &accepted, NULL);
+      GError *error = NULL;
+      g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+      guint16 port = weft_listener_get_port (l, 0);
+      g_assert_true (weft_listener_start (l, NULL));
+
+      int live = wt_connect_tcp (port);
+      echo_once (live);
+      /* Leave room for 4 more descriptors: 2 clients and their 2 server
+       * sides; further clients then hit EMFILE in accept. */
+      int open_now = count_open_fds ();
+      struct rlimit rl;
+      getrlimit (RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = (rlim_t) open_now + 4;
+      g_assert_cmpint (setrlimit (RLIMIT_NOFILE, &rl), ==, 0);
+      int clients[2];
+      for (guint i = 0; i < 2; i++)
+        clients[i] = wt_connect_tcp (port);
+      /* Now at the limit. Three more clients come from a forked child,
+       * whose descriptors do not count against ours. */
+      pid_t child = fork ();
+      if (child == 0)
+        {
+          /* The child has its own descriptor table. */
+          struct rlimit big = { 1024, 1024 };
+          setrlimit (RLIMIT_NOFILE, &big);
+          int extra[3];
+          for (guint i = 0; i < 3; i++)
+            {
+              extra[i] = socket (AF_INET, SOCK_STREAM, 0);
+              struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (port),
+                                        .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+              if (connect (extra[i], (struct sockaddr *) &sa, sizeof sa) < 0)
+                _exit (2);
+              struct timeval tv = { 20, 0 };
+              setsockopt (extra[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+              send (extra[i], "ping", 4, MSG_NOSIGNAL);
+            }
+          for (guint i = 0; i < 3; i++)
+            {
+              char buf[4];
+              gsize got = 0;
+              while (got < 4)
+                {
+                  ssize_t n = recv (extra[i], buf + got, 4 - got, 0);
+                  if (n <= 0)
+                    _exit (3);
+                  got += (gsize) n;
+                }
+              if (memcmp (buf, "ping", 4) != 0)
+                _exit (4);
+            }
+          _exit (0);
+        }
+      g_assert_cmpint (child, >, 0);
+      /* Give accept time to hit EMFILE and the listener time to (not)
+       * spin. */
+      g_usleep (200000);
+      double cpu0 = cpu_seconds ();
+      gint64 t0 = g_get_monotonic_time ();
+      g_usleep (500000);
+      double cpu = cpu_seconds () - cpu0;
+      double wall = (double) (g_get_monotonic_time () - t0) / 1e6;
+      g_assert_cmpfloat (cpu, <, 0.5 * wall);
+      /* The live connection is still served. */
+      echo_once (live);
+      /* Free descriptors: the waiting clients get served. */
+      for (guint i = 0; i < 2; i++)
+        close (clients[i]);
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit (RLIMIT_NOFILE, &rl);
+      int status = 0;
+      g_assert_cmpint (waitpid (child, &status, 0), ==, child);
+      g_assert_true (WIFEXITED (status));
+      g_assert_cmpint (WEXITSTATUS (status), ==, 0);
+      close (live);
+      weft_listener_unref (l);
+      weft_engine_unref (engine);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 60 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  /* Said once, not once per retry. */
+  g_test_trap_assert_stderr ("*accept: Too many open files; pausing*");
+  g_test_trap_assert_stderr_unmatched ("*pausing*pausing*");
+}
+
+/* ---- /listener/echo-1000 ----------------------------------------------- */
+
+#define N_CLIENTS 1000
+
+/* 1,000 clients connected at once, each sending a distinct message in two
+ * pieces and reading its echo, driven by one epoll loop in the test
+ * thread. */
+static void
+test_echo_1000 (void)
+{
+  rlim_t lim = wt_raise_nofile (2 * N_CLIENTS + 200);
+  if (lim < 2 * N_CLIENTS + 100)
+    {
+      g_test_skip ("RLIMIT_NOFILE too low for 1,000 connections");
+      return;
+    }
+  WtServer srv;
+  wt_server_start (&srv, 2, wt_echo_setup, NULL);
+  int fds[N_CLIENTS];
+  gsize got[N_CLIENTS];
+  char msg[N_CLIENTS][16];
+  for (guint i = 0; i < N_CLIENTS; i++)
+    {
+      fds[i] = wt_connect_tcp (srv.port);
+      g_snprintf (msg[i], sizeof msg[i], "client-%06u|", i);
+      wt_send_all (fds[i], msg[i], 7);
+      got[i] = 0;
+    }
+  for (guint i = 0; i < N_CLIENTS; i++)
+    wt_send_all (fds[i], msg[i] + 7, 8);
+  int ep = epoll_create1 (EPOLL_CLOEXEC);
+  for (guint i = 0; i < N_CLIENTS; i++)
+    {
+      struct epoll_event ev = { .events = EPOLLIN, .data.u32 = i };
+      epoll_ctl (ep, EPOLL_CTL_ADD, fds[i], &ev);
+    }
+  guint done = 0;
+  gint64 deadline = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (done < N_CLIENTS && g_get_monotonic_time () < deadline)
+    {
+      struct epoll_event evs[64];
+      int n = epoll_wait (ep, evs, 64, 1000);
+      for (int k = 0; k < n; k++)
+        {
+          guint i = evs[k].data.u32;
+          char buf[16];
+          ssize_t r = recv (fds[i], buf, sizeof buf - got[i], MSG_DONTWAIT);
+          g_assert_cmpint (r, >, 0);
+          g_assert_cmpmem (buf, r, msg[i] + got[i], r);
+          got[i] += (gsize) r;
+          if (got[i] == 15)
+            {
+              done++;
+              epoll_ctl (ep, EPOLL_CTL_DEL, fds[i], NULL);
+            }
+        }
+    }
+  g_assert_cmpuint (done, ==, N_CLIENTS);
+  g_assert_cmpuint (weft_listener_get_n_connections (srv.listener), ==, N_CLIENTS);
+  close (ep);
+  for (guint i = 0; i < N_CLIENTS; i++)
+    close (fds[i]);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (srv.listener) == 0);
+  g_assert_cmpuint (weft_listener_get_n_connections (srv.listener), ==, 0);
+  wt_server_stop (&srv);
+}
+
+/* ---- /listener/shutdown ------------------------------------------------ */
+
+typedef struct {
+  atomic_int done;
+  atomic_int drained;
+} Done;
+
+static void
+on_done (WeftListener *l, gboolean drained, gpointer user_data)
+{
+  Done *d = user_data;
+  atomic_store (&d->drained, drained);
+  atomic_store (&d->done, 1);
+}
+
+/* Graceful stop with a live connection: new connections are refused at
+ * once, the live one keeps working; when it closes the done callback says
+ * "drained". Then with a connection that stays: the deadline aborts it
+ * and done says "not drained". */
+static void
+test_shutdown (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, NULL));
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, NULL));
+  int live = wt_connect_tcp (port);
+  echo_once (live);
+
+  Done d = { 0 };
+  weft_listener_shutdown (l, 10000, on_done, &d, NULL);
+  /* The listening socket closes: connecting is refused. */
+  int probe = -1;
+  WT_WAIT_UNTIL ((probe = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+                 ({
+                   struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (port),
+                                             .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+                   int r = connect (probe, (struct sockaddr *) &sa, sizeof sa);
+                   close (probe);
+                   r < 0 && errno == ECONNREFUSED;
+                 }));
+  echo_once (live);
+  g_assert_cmpint (atomic_load (&d.done), ==, 0);
+  close (live);
+  WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
+  g_assert_cmpint (atomic_load (&d.done), ==, 1);
+  g_assert_cmpint (atomic_load (&d.drained), ==, 1);
+  weft_listener_unref (l);
+
+  /* Deadline. */
+  l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, NULL));
+  port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, NULL));
+  live = wt_connect_tcp (port);
+  echo_once (live);
+  Done d2 = { 0 };
+  gint64 t0 = g_get_monotonic_time ();
+  weft_listener_shutdown (l, 200, on_done, &d2, NULL);
+  WT_WAIT_UNTIL (atomic_load (&d2.done) == 1);
+  g_assert_cmpint (atomic_load (&d2.done), ==, 1);
+  g_assert_cmpint (atomic_load (&d2.drained), ==, 0);
+  g_assert_cmpint (g_get_monotonic_time () - t0, >=, 200 * 1000);
+  gboolean reset;
+  GByteArray *rest = wt_recv_to_eof (live, TRUE, &reset);
+  g_assert_true (reset);
+  g_byte_array_unref (rest);
+  close (live);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/listener/tcp-port-zero", test_tcp_port_zero);
+  g_test_add_func ("/listener/ipv6", test_ipv6);
+  g_test_add_func ("/listener/unix", test_unix);
+  g_test_add_func ("/listener/address-in-use", test_address_in_use);
+  g_test_add_func ("/listener/reuse-port", test_reuse_port);
+  g_test_add_func ("/listener/adopt-fd", test_adopt_fd);
+  g_test_add_func ("/listener/systemd", test_systemd);
+  g_test_add_func ("/listener/max-connections", test_max_connections);
+  g_test_add_func ("/listener/emfile", test_emfile);
+  g_test_add_func ("/listener/echo-1000", test_echo_1000);
+  g_test_add_func ("/listener/shutdown", test_shutdown);
+  return g_test_run ();
+}

@@ -1,0 +1,185 @@
+/* weft-net-util.h: blocking test clients on 127.0.0.1, and a server
+ * fixture: an engine with a listener whose per-connection setup each test
+ * chooses.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "weft-test-util.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+/* ---- blocking clients -------------------------------------------------- */
+
+static inline void
+wt_set_timeouts (int fd, guint ms)
+{
+  struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+  setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* A blocking client socket connected to 127.0.0.1:@port, with 10 s
+ * timeouts so a broken server fails the test instead of hanging it. */
+static inline int
+wt_connect_tcp (guint16 port)
+{
+  int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  g_assert_cmpint (fd, >=, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (port),
+                            .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  int r = connect (fd, (struct sockaddr *) &sa, sizeof sa);
+  g_assert_cmpint (r, ==, 0);
+  wt_set_timeouts (fd, WT_DEADLINE_US / 1000);
+  return fd;
+}
+
+static inline void
+wt_send_all (int fd, const void *data, gsize len)
+{
+  const char *p = data;
+  while (len > 0)
+    {
+      ssize_t n = send (fd, p, len, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR)
+        continue;
+      g_assert_cmpint (n, >, 0);
+      p += n;
+      len -= (gsize) n;
+    }
+}
+
+static inline void
+wt_send_str (int fd, const char *s)
+{
+  wt_send_all (fd, s, strlen (s));
+}
+
+/* Reads exactly @len bytes (asserts they come). */
+static inline void
+wt_recv_exactly (int fd, void *buf, gsize len)
+{
+  char *p = buf;
+  while (len > 0)
+    {
+      ssize_t n = recv (fd, p, len, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      g_assert_cmpint (n, >, 0);
+      p += n;
+      len -= (gsize) n;
+    }
+}
+
+/* Reads until end of file; returns what came. Asserts no error unless
+ * @allow_reset, in which case *reset tells whether the stream ended with
+ * ECONNRESET. */
+static inline GByteArray *
+wt_recv_to_eof (int fd, gboolean allow_reset, gboolean *reset)
+{
+  GByteArray *all = g_byte_array_new ();
+  char buf[65536];
+  if (reset != NULL)
+    *reset = FALSE;
+  for (;;)
+    {
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && allow_reset && errno == ECONNRESET)
+        {
+          if (reset != NULL)
+            *reset = TRUE;
+          break;
+        }
+      g_assert_cmpint (n, >=, 0);
+      if (n == 0)
+        break;
+      g_byte_array_append (all, (guint8 *) buf, (guint) n);
+    }
+  return all;
+}
+
+/* Raises the soft RLIMIT_NOFILE to at least @want (within the hard limit);
+ * returns the soft limit now in force. */
+static inline rlim_t
+wt_raise_nofile (rlim_t want)
+{
+  struct rlimit rl;
+  g_assert_cmpint (getrlimit (RLIMIT_NOFILE, &rl), ==, 0);
+  if (rl.rlim_cur < want)
+    {
+      rl.rlim_cur = MIN (want, rl.rlim_max);
+      setrlimit (RLIMIT_NOFILE, &rl);
+      getrlimit (RLIMIT_NOFILE, &rl);
+    }
+  return rl.rlim_cur;
+}
+
+/* ---- server fixture ---------------------------------------------------- */
+
+typedef void (*WtSetupFunc) (WeftConnection *conn, gpointer test_data);
+
+typedef struct {
+  WeftEngine *engine;
+  WeftListener *listener;
+  guint16 port;
+  WtSetupFunc setup;
+  gpointer test_data;
+  atomic_int accepted;
+  atomic_int closed;        /* CLOSED events seen by wt_server's event func */
+} WtServer;
+
+static inline void
+wt_server_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
+{
+  WtServer *s = user_data;
+  atomic_fetch_add (&s->accepted, 1);
+  s->setup (conn, s->test_data);
+}
+
+/* A listener on 127.0.0.1 (port chosen by the system) that calls @setup
+ * on each accepted connection's context. */
+static inline void
+wt_server_start (WtServer *s, guint n_workers, WtSetupFunc setup, gpointer test_data)
+{
+  GError *error = NULL;
+  memset (s, 0, sizeof *s);
+  s->engine = wt_engine_new (n_workers);
+  s->setup = setup;
+  s->test_data = test_data;
+  s->listener = weft_listener_new (s->engine, wt_server_accept, s, NULL);
+  g_assert_true (weft_listener_add_tcp (s->listener, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  s->port = weft_listener_get_port (s->listener, 0);
+  g_assert_cmpuint (s->port, !=, 0);
+  g_assert_true (weft_listener_start (s->listener, &error));
+  g_assert_no_error (error);
+}
+
+static inline void
+wt_server_stop (WtServer *s)
+{
+  weft_listener_unref (s->listener);
+  weft_engine_unref (s->engine);
+}
+
+/* ---- an echo connection ------------------------------------------------ */
+
+static inline gsize
+wt_echo_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  weft_connection_write (conn, data, len);
+  return len;
+}
+
+static inline void
+wt_echo_setup (WeftConnection *conn, gpointer test_data)
+{
+  weft_connection_start_reading (conn, wt_echo_read, NULL, NULL);
+}
