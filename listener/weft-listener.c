@@ -1138,3 +1138,20 @@ weft_listener_get_n_accepted (WeftListener *self)
   g_return_val_if_fail (self != NULL, 0);
   return atomic_load (&self->n_accepted);
 }
+
+/**
+ * weft_listener_get_n_tls_failed:
+ * @self: a listener
+ *
+ * Failed handshakes are logged with g_info() only (a hostile client could
+ * flood a louder log); this count is how a status page sees them.
+ *
+ * Returns: TLS handshakes that failed or timed out since the listener was
+ *   created
+ */
+guint64
+weft_listener_get_n_tls_failed (WeftListener *self)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  return atomic_load (&self->n_tls_failed);
+}

@@ -89,6 +89,8 @@ WEFT_AVAILABLE_IN_ALL
 guint weft_listener_get_n_connections (WeftListener *self);
 WEFT_AVAILABLE_IN_ALL
 guint64 weft_listener_get_n_accepted (WeftListener *self);
+WEFT_AVAILABLE_IN_ALL
+guint64 weft_listener_get_n_tls_failed (WeftListener *self);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftListener, weft_listener_unref)
 

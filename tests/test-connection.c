@@ -285,10 +285,11 @@ setup_producer (WeftConnection *conn, gpointer test_data)
   produce (conn, s);
 }
 
-/* The server writes 100 MB to a client that does not read for 300 ms,
- * then reads: the write queue never holds more than the high water mark
- * plus one block, the DRAINED event resumes the producer, and every byte
- * arrives in order. */
+/* The server writes 100 MB to a client that does not read until the
+ * queue reached the high water mark (and 100 ms more), then reads: the
+ * write queue never holds more than the high water mark plus one block,
+ * the DRAINED event resumes the producer, and every byte arrives in
+ * order. */
 static void
 test_slow_reader_bounded (void)
 {
@@ -300,8 +301,9 @@ test_slow_reader_bounded (void)
   int fd = wt_connect_tcp (srv.port);
   /* Not reading at first: the kernel buffers fill, then the queue up to
    * the high water mark, and the producer must stop there. */
-  g_usleep (300000);
+  WT_WAIT_UNTIL (atomic_load (&seen.max_queued) > HIGH_WATER);
   g_assert_cmpint (atomic_load (&seen.max_queued), >, HIGH_WATER);
+  g_usleep (100000); /* stay stopped a while: the queue must not grow */
 
   guint8 *buf = g_malloc (1 << 20);
   gsize total = 0;

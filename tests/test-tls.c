@@ -1,0 +1,680 @@
+/* test-tls.c: TLS on connections and listeners (OpenSSL 3), with real
+ * clients: openssl s_client, Python's ssl module, and Weft's own client.
+ * Certificates come from a private CA made at test time
+ * (weft-tls-util.h).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-net-util.h"
+#include "weft-tls-util.h"
+
+typedef struct {
+  gchar *dir;
+  WtCert *ca;
+  WtCert *localhost; /* DNS:localhost, IP:127.0.0.1 */
+  WtCert *b_test;    /* DNS:b.test */
+  WtCert *expired;   /* DNS:localhost, expired yesterday */
+} Certs;
+
+static Certs certs;
+
+static const gchar *const http11[] = { "http/1.1", NULL };
+
+static WeftTlsConfig *
+server_config (WtCert *cert)
+{
+  GError *error = NULL;
+  WeftTlsConfig *config = weft_tls_config_new_server (&error);
+  g_assert_no_error (error);
+  g_assert_true (weft_tls_config_set_certificate_pem (config, cert->cert_pem, cert->key_pem,
+                                                      &error));
+  g_assert_no_error (error);
+  g_assert_true (weft_tls_config_set_alpn_protocols (config, http11, &error));
+  g_assert_no_error (error);
+  return config;
+}
+
+static WeftTlsConfig *
+client_config (void)
+{
+  GError *error = NULL;
+  WeftTlsConfig *config = weft_tls_config_new_client (&error);
+  g_assert_no_error (error);
+  g_assert_true (weft_tls_config_set_ca_file (config, certs.ca->cert_file, &error));
+  g_assert_no_error (error);
+  g_assert_true (weft_tls_config_set_alpn_protocols (config, http11, &error));
+  g_assert_no_error (error);
+  return config;
+}
+
+/* wt_server_start() with TLS on the listener. */
+static void
+tls_server_start (WtServer *s, WeftTlsConfig *config, WtSetupFunc setup, gpointer test_data)
+{
+  GError *error = NULL;
+  memset (s, 0, sizeof *s);
+  s->engine = wt_engine_new (2);
+  s->setup = setup;
+  s->test_data = test_data;
+  s->listener = weft_listener_new (s->engine, wt_server_accept, s, NULL);
+  weft_listener_set_tls (s->listener, config);
+  g_assert_true (weft_listener_add_tcp (s->listener, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  s->port = weft_listener_get_port (s->listener, 0);
+  g_assert_true (weft_listener_start (s->listener, &error));
+  g_assert_no_error (error);
+}
+
+/* Says what the handshake agreed, then closes gracefully (close_notify). */
+static void
+greet_setup (WeftConnection *conn, gpointer test_data)
+{
+  g_assert_true (weft_connection_is_tls (conn));
+  gchar *line = g_strdup_printf ("weft-hello alpn=%s sni=%s\n",
+                                 weft_connection_get_alpn_protocol (conn),
+                                 weft_connection_get_server_name (conn));
+  weft_connection_write (conn, (const guint8 *) line, strlen (line));
+  g_free (line);
+  weft_connection_close (conn);
+}
+
+/* Runs a client program with no input; returns its exit status, and its
+ * stdout and stderr joined in *out. */
+static gboolean
+run_client (const char *const *argv, gchar **out)
+{
+  gchar *o = NULL, *e = NULL;
+  gint status = 0;
+  GError *error = NULL;
+  g_spawn_sync (NULL, (gchar **) argv, NULL, G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL, &o, &e,
+                &status, &error);
+  g_assert_no_error (error);
+  *out = g_strconcat (o, "\n--- stderr ---\n", e, NULL);
+  g_free (o);
+  g_free (e);
+  return g_spawn_check_wait_status (status, NULL);
+}
+
+static const char *
+need_env (const char *var, const char *what)
+{
+  const char *v = g_getenv (var);
+  if (v == NULL)
+    g_test_skip_printf ("%s not found", what);
+  return v;
+}
+
+/* ---- /tls/config-errors ------------------------------------------------ */
+
+static void
+test_config_errors (void)
+{
+  GError *error = NULL;
+  WeftTlsConfig *config = weft_tls_config_new_server (&error);
+  g_assert_no_error (error);
+
+  g_assert_false (weft_tls_config_set_certificate_pem (config, "not a certificate",
+                                                       certs.localhost->key_pem, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA);
+  g_clear_error (&error);
+
+  /* A key that belongs to another certificate. */
+  g_assert_false (weft_tls_config_set_certificate_pem (config, certs.localhost->cert_pem,
+                                                       certs.b_test->key_pem, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA);
+  g_assert_nonnull (strstr (error->message, "does not match"));
+  g_clear_error (&error);
+
+  g_assert_false (weft_tls_config_set_certificate_files (config, "/nonexistent/cert.pem",
+                                                         certs.localhost->key_file, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA);
+  g_assert_nonnull (strstr (error->message, "/nonexistent/cert.pem"));
+  g_clear_error (&error);
+
+  g_assert_true (weft_tls_config_set_certificate_files (config, certs.localhost->cert_file,
+                                                        certs.localhost->key_file, &error));
+  g_assert_no_error (error);
+
+  gchar *long_name = g_strnfill (256, 'x');
+  const gchar *bad[] = { "http/1.1", long_name, NULL };
+  g_assert_false (weft_tls_config_set_alpn_protocols (config, bad, &error));
+  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_INVALID);
+  g_clear_error (&error);
+  g_free (long_name);
+
+  g_assert_false (weft_tls_config_set_ca_file (config, "/nonexistent/ca.pem", &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA);
+  g_clear_error (&error);
+
+  g_assert_cmpuint (weft_tls_config_get_handshake_timeout (config), ==, 10000);
+  weft_tls_config_unref (config);
+}
+
+/* ---- /tls/s-client ----------------------------------------------------- */
+
+/* openssl s_client verifies the chain against our CA, offers h2 and
+ * http/1.1 (the server picks http/1.1), sends SNI; the server's greeting
+ * reports what it saw. Then again forced to TLS 1.2. */
+static void
+test_s_client (void)
+{
+  const char *openssl = need_env ("WEFT_TEST_OPENSSL", "openssl");
+  if (openssl == NULL)
+    return;
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, greet_setup, NULL);
+  gchar *connect = g_strdup_printf ("127.0.0.1:%u", srv.port);
+
+  for (int v = 0; v < 2; v++)
+    {
+      const char *argv[] = { openssl, "s_client", "-connect", connect, "-servername", "localhost",
+                             "-alpn", "h2,http/1.1", "-CAfile", certs.ca->cert_file,
+                             "-verify_return_error", "-ign_eof",
+                             v == 0 ? "-tls1_3" : "-tls1_2", NULL };
+      gchar *out = NULL;
+      gboolean ok = run_client (argv, &out);
+      if (!ok || strstr (out, "weft-hello alpn=http/1.1 sni=localhost\n") == NULL
+          || strstr (out, "Verify return code: 0 (ok)") == NULL
+          || strstr (out, v == 0 ? "TLSv1.3" : "TLSv1.2") == NULL)
+        g_error ("s_client output:\n%s", out);
+      g_free (out);
+    }
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 0);
+  g_free (connect);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- Python ssl client ------------------------------------------------- */
+
+static const char *python_client =
+    "import socket, ssl, sys, threading\n"
+    "port, cafile, name, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]\n"
+    "ctx = ssl.create_default_context(cafile=cafile)\n"
+    "ctx.set_alpn_protocols(['http/1.1'])\n"
+    "def connect(session=None):\n"
+    "    raw = socket.create_connection(('127.0.0.1', port), timeout=10)\n"
+    "    return ctx.wrap_socket(raw, server_hostname=name, session=session)\n"
+    "if mode == 'echo':\n"
+    "    s = connect()\n"
+    "    data = bytes(range(256)) * 4096\n"
+    "    t = threading.Thread(target=s.sendall, args=(data,))\n"
+    "    t.start()\n"
+    "    got = bytearray()\n"
+    "    while len(got) < len(data):\n"
+    "        chunk = s.recv(65536)\n"
+    "        assert chunk, 'eof after %d bytes' % len(got)\n"
+    "        got += chunk\n"
+    "    t.join()\n"
+    "    assert bytes(got) == data\n"
+    "    session = s.session\n"
+    "    print('alpn', s.selected_alpn_protocol(), s.version())\n"
+    "    s.close()\n"
+    "    s = connect(session)\n"
+    "    s.sendall(b'again')\n"
+    "    assert s.recv(5) == b'again'\n"
+    "    print('reused', s.session_reused)\n"
+    "elif mode == 'cn':\n"
+    "    s = connect()\n"
+    "    print('cn', dict(x[0] for x in s.getpeercert()['subject'])['commonName'])\n"
+    "elif mode == 'fail':\n"
+    "    try:\n"
+    "        connect().recv(1)\n"
+    "        print('connected')\n"
+    "    except ssl.SSLError as e:\n"
+    "        print('failed', e)\n";
+
+static gchar *
+run_python (guint16 port, const char *name, const char *mode)
+{
+  const char *python = g_getenv ("WEFT_TEST_PYTHON");
+  gchar *port_s = g_strdup_printf ("%u", port);
+  const char *argv[] = { python, "-c", python_client, port_s, certs.ca->cert_file, name, mode,
+                         NULL };
+  gchar *out = NULL;
+  if (!run_client (argv, &out))
+    g_error ("python client failed:\n%s", out);
+  g_free (port_s);
+  return out;
+}
+
+/* 1 MiB echoed through TLS both ways at once (the server's writes meet
+ * a client that is still writing: WANT_READ/WANT_WRITE both happen),
+ * then a second connection resumes with the session ticket. */
+static void
+test_python_echo (void)
+{
+  if (need_env ("WEFT_TEST_PYTHON", "python3") == NULL)
+    return;
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+  gchar *out = run_python (srv.port, "localhost", "echo");
+  if (strstr (out, "alpn http/1.1 TLSv1.3\n") == NULL || strstr (out, "reused True\n") == NULL)
+    g_error ("python output:\n%s", out);
+  g_free (out);
+
+  /* Without tickets the second connection does a full handshake. */
+  weft_tls_config_set_session_tickets (config, FALSE);
+  WtServer srv2;
+  tls_server_start (&srv2, config, wt_echo_setup, NULL);
+  out = run_python (srv2.port, "localhost", "echo");
+  if (strstr (out, "reused False\n") == NULL)
+    g_error ("python output:\n%s", out);
+  g_free (out);
+  wt_server_stop (&srv2);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- /tls/weft-client -------------------------------------------------- */
+
+typedef struct {
+  WeftTlsConfig *config;
+  GByteArray *want;
+  GByteArray *got;
+  gchar *alpn;
+  gchar *error;
+  atomic_int done; /* 1: connect finished (either way); 2: all echoed */
+} Client;
+
+static gsize
+client_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  Client *c = user_data;
+  g_byte_array_append (c->got, data, (guint) len);
+  if (c->got->len >= c->want->len)
+    {
+      weft_connection_close (conn);
+      atomic_store (&c->done, 2);
+    }
+  return len;
+}
+
+static void
+client_connected (WeftConnection *conn, const GError *error, gpointer user_data)
+{
+  Client *c = user_data;
+  if (conn == NULL)
+    {
+      c->error = g_strdup (error->message);
+      atomic_store (&c->done, 1);
+      return;
+    }
+  g_assert_true (weft_connection_is_tls (conn));
+  c->alpn = g_strdup (weft_connection_get_alpn_protocol (conn));
+  if (c->want != NULL)
+    {
+      weft_connection_start_reading (conn, client_read, c, NULL);
+      weft_connection_write (conn, c->want->data, c->want->len);
+    }
+  else
+    weft_connection_close (conn);
+  atomic_store (&c->done, 1);
+}
+
+/* Connects with Weft's TLS client to @host:@port; returns the error
+ * message or NULL. With @echo_len > 0, sends that many bytes in one write
+ * and waits for them to come back. */
+static gchar *
+weft_client (WeftEngine *engine, const char *host, guint16 port, gsize echo_len, gchar **alpn)
+{
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  Client c = { 0 };
+  c.config = client_config ();
+  if (echo_len > 0)
+    {
+      c.want = g_byte_array_sized_new ((guint) echo_len);
+      for (gsize i = 0; i < echo_len; i++)
+        {
+          guint8 b = (guint8) (i * 7 + i / 251);
+          g_byte_array_append (c.want, &b, 1);
+        }
+      c.got = g_byte_array_new ();
+    }
+  weft_connection_connect_async (ctx, host, port, 5000, c.config, client_connected, &c, NULL);
+  /* c.error and c.alpn are written before c.done: read them after. */
+  WT_WAIT_UNTIL (atomic_load (&c.done) >= 1);
+  g_assert_cmpint (atomic_load (&c.done), >=, 1);
+  if (c.error == NULL && echo_len > 0)
+    {
+      WT_WAIT_UNTIL (atomic_load (&c.done) == 2);
+      g_assert_cmpint (atomic_load (&c.done), ==, 2);
+      g_assert_cmpmem (c.got->data, c.got->len, c.want->data, c.want->len);
+    }
+  g_assert_cmpint (atomic_load (&c.done), >=, 1);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  if (c.want != NULL)
+    {
+      g_byte_array_unref (c.want);
+      g_byte_array_unref (c.got);
+    }
+  weft_tls_config_unref (c.config);
+  if (alpn != NULL)
+    *alpn = c.alpn;
+  else
+    g_free (c.alpn);
+  return c.error;
+}
+
+/* Weft's client to Weft's server: 8 MiB in one write (partial TLS writes,
+ * the write queue and the watermarks all take part), echoed back intact;
+ * ALPN agreed on both sides. */
+static void
+test_weft_client (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+  gchar *alpn = NULL;
+  gchar *error = weft_client (srv.engine, "localhost", srv.port, 8 << 20, &alpn);
+  g_assert_cmpstr (error, ==, NULL);
+  g_assert_cmpstr (alpn, ==, "http/1.1");
+  g_free (alpn);
+  /* By address: checked against the certificate's IP entry. */
+  error = weft_client (srv.engine, "127.0.0.1", srv.port, 1000, NULL);
+  g_assert_cmpstr (error, ==, NULL);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- /tls/expired-cert ------------------------------------------------- */
+
+/* A server with an expired certificate: both Weft's client and Python's
+ * refuse it, naming the reason; the server logs its side of the failed
+ * handshakes and serves a client that does not verify. */
+static void
+test_expired_cert (void)
+{
+  WeftTlsConfig *config = server_config (certs.expired);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+
+  gchar *error = weft_client (srv.engine, "localhost", srv.port, 0, NULL);
+  g_assert_nonnull (error);
+  if (strstr (error, "certificate has expired") == NULL)
+    g_error ("unexpected error: %s", error);
+  g_free (error);
+
+  if (g_getenv ("WEFT_TEST_PYTHON") != NULL)
+    {
+      gchar *out = run_python (srv.port, "localhost", "fail");
+      if (strstr (out, "failed") == NULL || strstr (out, "certificate has expired") == NULL)
+        g_error ("python output:\n%s", out);
+      g_free (out);
+    }
+  WT_WAIT_UNTIL (weft_listener_get_n_tls_failed (srv.listener) >= 1);
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), >=, 1);
+
+  /* Nothing else harmed: a client that skips verification gets through. */
+  WeftContext *ctx = weft_context_new (srv.engine);
+  weft_context_dispatch (ctx);
+  Client c = { 0 };
+  c.config = client_config ();
+  weft_tls_config_set_verify_peer (c.config, FALSE);
+  weft_connection_connect_async (ctx, "localhost", srv.port, 5000, c.config, client_connected,
+                                 &c, NULL);
+  WT_WAIT_UNTIL (atomic_load (&c.done) == 1);
+  g_assert_cmpstr (c.error, ==, NULL);
+  g_assert_cmpstr (c.alpn, ==, "http/1.1");
+  g_free (c.alpn);
+  weft_tls_config_unref (c.config);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- SNI --------------------------------------------------------------- */
+
+typedef struct {
+  WeftTlsConfig *localhost;
+  WeftTlsConfig *b_test;
+  atomic_int calls;
+} Sni;
+
+static WeftTlsConfig *
+choose (WeftTlsConfig *config, const gchar *server_name, gpointer user_data)
+{
+  Sni *sni = user_data;
+  atomic_fetch_add (&sni->calls, 1);
+  if (g_strcmp0 (server_name, "localhost") == 0)
+    return config;
+  if (g_strcmp0 (server_name, "b.test") == 0)
+    return sni->b_test;
+  return NULL;
+}
+
+/* The SNI callback picks b.test's certificate for b.test (Python verifies
+ * it against that name) and refuses an unknown name with an
+ * unrecognized_name alert (s_client reports it); a name the server does
+ * not know but does not refuse gets the default certificate, which Weft's
+ * client rejects as the wrong name. */
+static void
+test_sni (void)
+{
+  Sni sni = { 0 };
+  sni.localhost = server_config (certs.localhost);
+  sni.b_test = server_config (certs.b_test);
+  weft_tls_config_set_sni_func (sni.localhost, choose, &sni, NULL);
+  WtServer srv;
+  tls_server_start (&srv, sni.localhost, greet_setup, NULL);
+
+  if (g_getenv ("WEFT_TEST_PYTHON") != NULL)
+    {
+      gchar *out = run_python (srv.port, "b.test", "cn");
+      if (strstr (out, "cn b.test\n") == NULL)
+        g_error ("python output:\n%s", out);
+      g_free (out);
+      out = run_python (srv.port, "localhost", "cn");
+      if (strstr (out, "cn localhost\n") == NULL)
+        g_error ("python output:\n%s", out);
+      g_free (out);
+    }
+
+  const char *openssl = g_getenv ("WEFT_TEST_OPENSSL");
+  if (openssl != NULL)
+    {
+      gchar *connect = g_strdup_printf ("127.0.0.1:%u", srv.port);
+      const char *argv[] = { openssl, "s_client", "-connect", connect, "-servername",
+                             "wrong.test", "-CAfile", certs.ca->cert_file, "-ign_eof", NULL };
+      gchar *out = NULL;
+      gboolean ok = run_client (argv, &out);
+      if (ok || strstr (out, "unrecognized name") == NULL)
+        g_error ("s_client should fail with unrecognized name:\n%s", out);
+      g_free (out);
+      g_free (connect);
+    }
+  /* Weft's client sends SNI too (a name, not an address). */
+  gchar *err = weft_client (srv.engine, "localhost", srv.port, 0, NULL);
+  g_assert_cmpstr (err, ==, NULL);
+  g_assert_cmpint (atomic_load (&sni.calls), >=, 1);
+  WT_WAIT_UNTIL (weft_listener_get_n_tls_failed (srv.listener) >= (openssl != NULL ? 1 : 0));
+  wt_server_stop (&srv);
+
+  /* No SNI function: b.test's server answers "localhost" with its only
+   * certificate, and the client refuses the mismatch. */
+  WtServer srv2;
+  tls_server_start (&srv2, sni.b_test, wt_echo_setup, NULL);
+  gchar *error = weft_client (srv2.engine, "localhost", srv2.port, 0, NULL);
+  g_assert_nonnull (error);
+  if (strstr (error, "mismatch") == NULL)
+    g_error ("unexpected error: %s", error);
+  g_free (error);
+  wt_server_stop (&srv2);
+  weft_tls_config_unref (sni.localhost);
+  weft_tls_config_unref (sni.b_test);
+}
+
+/* ---- /tls/bad-client-hello --------------------------------------------- */
+
+/* Sends @data (then half-closes if @shut) and expects the server to close
+ * the connection (EOF or reset), with whatever alert it sends first. */
+static void
+expect_closed (guint16 port, const void *data, gsize len, gboolean shut)
+{
+  int fd = wt_connect_tcp (port);
+  wt_send_all (fd, data, len);
+  if (shut)
+    shutdown (fd, SHUT_WR);
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  /* Anything sent back is a TLS alert record (type 21), never data. */
+  if (got->len > 0)
+    g_assert_cmpuint (got->data[0], ==, 21);
+  g_byte_array_unref (got);
+  close (fd);
+}
+
+/* Plain HTTP, random bytes, a truncated ClientHello and an oversized
+ * record each close only their own connection, counted as failures; the
+ * server keeps serving. */
+static void
+test_bad_client_hello (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+
+  const char *http = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  expect_closed (srv.port, http, strlen (http), FALSE);
+
+  guint8 noise[1024];
+  for (gsize i = 0; i < sizeof noise; i++)
+    noise[i] = (guint8) g_random_int ();
+  noise[0] = 0x16; /* looks like a handshake record, then garbage */
+  expect_closed (srv.port, noise, sizeof noise, FALSE);
+
+  /* Handshake record header announcing 512 bytes, 10 sent, then EOF. */
+  const guint8 truncated[] = { 0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03,
+                               0x03, 0, 0, 0, 0 };
+  expect_closed (srv.port, truncated, sizeof truncated, TRUE);
+
+  /* A record longer than TLS allows (2^14 + 2048). */
+  const guint8 huge[] = { 0x16, 0x03, 0x01, 0xff, 0xff, 0x01 };
+  expect_closed (srv.port, huge, sizeof huge, FALSE);
+
+  WT_WAIT_UNTIL (weft_listener_get_n_tls_failed (srv.listener) == 4);
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 4);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (srv.listener) == 0);
+  g_assert_cmpuint (weft_listener_get_n_connections (srv.listener), ==, 0);
+
+  gchar *error = weft_client (srv.engine, "localhost", srv.port, 100000, NULL);
+  g_assert_cmpstr (error, ==, NULL);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- /tls/handshake-timeout -------------------------------------------- */
+
+/* A client that connects and says nothing is closed after the handshake
+ * timeout, not held forever. */
+static void
+test_handshake_timeout (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  weft_tls_config_set_handshake_timeout (config, 300);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+  int fd = wt_connect_tcp (srv.port);
+  gint64 start = g_get_monotonic_time ();
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  gint64 elapsed = g_get_monotonic_time () - start;
+  g_assert_cmpuint (got->len, ==, 0);
+  g_byte_array_unref (got);
+  close (fd);
+  g_assert_cmpint (elapsed, >=, 250 * 1000);
+  g_assert_cmpint (elapsed, <, 5 * G_USEC_PER_SEC);
+  WT_WAIT_UNTIL (weft_listener_get_n_tls_failed (srv.listener) == 1);
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 1);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- /tls/many-handshakes ---------------------------------------------- */
+
+/* Concurrent handshakes on every worker: 200 Weft clients on one engine
+ * against a TLS echo server on another, each echoing 1 KiB. */
+static void
+test_many_handshakes (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, wt_echo_setup, NULL);
+  WeftEngine *engine = wt_engine_new (2);
+  enum { N = 200 };
+  WeftContext *ctxs[N];
+  Client *cs = g_new0 (Client, N);
+  WeftTlsConfig *cc = client_config ();
+  for (int i = 0; i < N; i++)
+    {
+      ctxs[i] = weft_context_new (engine);
+      weft_context_dispatch (ctxs[i]);
+      cs[i].want = g_byte_array_new ();
+      g_byte_array_set_size (cs[i].want, 1024);
+      memset (cs[i].want->data, 'a' + i % 26, 1024);
+      cs[i].got = g_byte_array_new ();
+      weft_connection_connect_async (ctxs[i], "localhost", srv.port, 20000, cc,
+                                     client_connected, &cs[i], NULL);
+    }
+  for (int i = 0; i < N; i++)
+    {
+      WT_WAIT_UNTIL (atomic_load (&cs[i].done) >= 1);
+      g_assert_cmpint (atomic_load (&cs[i].done), >=, 1);
+      g_assert_cmpstr (cs[i].error, ==, NULL);
+      WT_WAIT_UNTIL (atomic_load (&cs[i].done) == 2);
+      g_assert_cmpint (atomic_load (&cs[i].done), ==, 2);
+      g_assert_cmpmem (cs[i].got->data, cs[i].got->len, cs[i].want->data, cs[i].want->len);
+    }
+  for (int i = 0; i < N; i++)
+    {
+      weft_context_destroy (ctxs[i]);
+      weft_context_unref (ctxs[i]);
+      g_byte_array_unref (cs[i].want);
+      g_byte_array_unref (cs[i].got);
+      g_free (cs[i].alpn);
+    }
+  g_free (cs);
+  weft_tls_config_unref (cc);
+  weft_engine_unref (engine);
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 0);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  certs.dir = g_dir_make_tmp ("weft-tls-XXXXXX", NULL);
+  g_assert_nonnull (certs.dir);
+  const long day = 24 * 3600;
+  certs.ca = wt_cert_new (certs.dir, "weft-test-ca", NULL, -day, 2 * day, NULL, TRUE);
+  certs.localhost = wt_cert_new (certs.dir, "localhost", "DNS:localhost,IP:127.0.0.1", -day,
+                                 2 * day, certs.ca, FALSE);
+  certs.b_test = wt_cert_new (certs.dir, "b.test", "DNS:b.test", -day, 2 * day, certs.ca,
+                              FALSE);
+  certs.expired = wt_cert_new (certs.dir, "expired", "DNS:localhost", -2 * day, -day,
+                               certs.ca, FALSE);
+
+  g_test_add_func ("/tls/config-errors", test_config_errors);
+  g_test_add_func ("/tls/s-client", test_s_client);
+  g_test_add_func ("/tls/python-echo", test_python_echo);
+  g_test_add_func ("/tls/weft-client", test_weft_client);
+  g_test_add_func ("/tls/expired-cert", test_expired_cert);
+  g_test_add_func ("/tls/sni", test_sni);
+  g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
+  g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
+  g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
+  int r = g_test_run ();
+
+  wt_cert_free (certs.expired);
+  wt_cert_free (certs.b_test);
+  wt_cert_free (certs.localhost);
+  wt_cert_free (certs.ca);
+  g_rmdir (certs.dir);
+  g_free (certs.dir);
+  return r;
+}
