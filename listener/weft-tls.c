@@ -783,7 +783,9 @@ weft__tls_write (WeftTlsSession *self, const guint8 *buf, gsize len, GIOConditio
 gboolean
 weft__tls_has_pending (WeftTlsSession *self)
 {
-  return SSL_pending (self->ssl) > 0;
+  /* Decrypted bytes, or raw bytes of a record already taken from the
+   * socket: either way epoll would not say so. */
+  return SSL_pending (self->ssl) > 0 || SSL_has_pending (self->ssl) == 1;
 }
 
 void
