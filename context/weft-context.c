@@ -40,7 +40,7 @@ weft_context_new (WeftEngine *engine)
   g_return_val_if_fail (engine != NULL, NULL);
   g_return_val_if_fail (!atomic_load (&engine->dead), NULL);
 
-  WeftContext *self = g_aligned_alloc0 (1, sizeof (WeftContext), 64);
+  WeftContext *self = g_new0 (WeftContext, 1);
   self->run_node.kind = WEFT_NODE_CONTEXT;
   self->ref_count = 1;
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
@@ -147,7 +147,7 @@ weft__context_internal_unref (WeftContext *self)
   weft__mutex_unlock (&engine->ctx_lock);
   atomic_fetch_sub (&self->engine->n_contexts, 1);
   weft__engine_internal_unref (self->engine);
-  g_aligned_free (self);
+  g_free (self);
 }
 
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and

@@ -4,7 +4,9 @@
  */
 #include "weft-context-private.h"
 
-#define MIN_CAP 16
+/* Most contexts hold one or two sources (a connection's fd and a timeout):
+ * start small, since idle connections are counted in bytes. */
+#define MIN_CAP 4
 
 void
 weft__idmap_init (WeftIdMap *map)
@@ -18,8 +20,7 @@ weft__idmap_init (WeftIdMap *map)
 void
 weft__idmap_clear (WeftIdMap *map)
 {
-  g_free (map->keys);
-  g_free (map->values);
+  g_free (map->values); /* one block with the keys */
   weft__idmap_init (map);
 }
 
@@ -67,13 +68,14 @@ resize (WeftIdMap *map, guint cap)
   gpointer *values = map->values;
   guint old_cap = keys ? map->mask + 1 : 0;
 
-  map->keys = g_new0 (guint, cap);
-  map->values = g_new (gpointer, cap);
+  /* Values then keys in one block: one allocation per map. */
+  map->values = g_malloc (cap * (sizeof (gpointer) + sizeof (guint)));
+  map->keys = (guint *) (map->values + cap);
+  memset (map->keys, 0, cap * sizeof (guint));
   map->mask = cap - 1;
   for (guint i = 0; i < old_cap; i++)
     if (keys[i] != 0)
       place (map, keys[i], values[i]);
-  g_free (keys);
   g_free (values);
 }
 
