@@ -64,6 +64,8 @@ struct _WeftFdSource {
   WeftNode node;           /* in the context inbox while a readiness waits */
   int fd;
   guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
+  guint32 armed;           /* HOLDS: ctx->lock; the interest epoll has (edge only) */
+  gboolean edge;           /* edge-triggered: no re-arm after each callback */
   guint64 key;             /* fd table key; 0 once unregistered */
   atomic_uint revents;     /* readiness accumulated for the next callback */
   atomic_int queued;       /* node is in the inbox (modify_fd can re-arm early) */

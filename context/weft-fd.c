@@ -1,10 +1,15 @@
 /* weft-fd.c: fd sources. One-shot epoll registration, re-armed after the
  * callback returns, so one readiness is delivered once and a callback is
- * never re-entered for its own fd.
+ * never re-entered for its own fd. Internal owners that drain their socket
+ * may ask for edge-triggered registration instead (WEFT__IO_EDGE): a
+ * readiness that arrives while the callback runs then queues the source
+ * again (the context still runs one callback at a time), and no re-arm
+ * syscall follows each callback.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <errno.h>
+#include <sys/epoll.h> /* EPOLLET: fd source interest is kept in EPOLL* bits */
 
 #include "weft-context-private.h"
 
@@ -48,17 +53,33 @@ fd_call (WeftSource *base)
    * node has nothing left to report. */
   if (events == 0)
     return TRUE;
-  return ((WeftFdFunc) base->func) (src->fd, weft__poll_condition_from_events (events),
-                                    base->user_data);
+  GIOCondition cond = weft__poll_condition_from_events (events);
+  /* Only internal edge-triggered owners understand the RDHUP bit: an
+   * edge for the peer's shutdown may have come with the data edge. */
+  if (!src->edge)
+    cond &= ~WEFT__IO_RDHUP;
+  return ((WeftFdFunc) base->func) (src->fd, cond, base->user_data);
 }
 
 /* Re-arm under the lock: a concurrent remove cannot have let the fd be
  * closed and its number reused yet. */
+/* Tells epoll the current interest; HOLDS: ctx->lock. An edge-triggered
+ * source needs it only when the interest changed. */
+static int
+arm_unlocked (WeftFdSource *src)
+{
+  if (src->edge && src->armed == src->events)
+    return 0;
+  src->armed = src->events;
+  return weft__poll_modify (src->base.ctx->engine->pfd, src->fd,
+                            src->events | (src->edge ? EPOLLET : 0), src->key, !src->edge);
+}
+
 static void
 fd_rearm_unlocked (WeftSource *base)
 {
   WeftFdSource *src = (WeftFdSource *) base;
-  int r = weft__poll_modify (base->ctx->engine->pfd, src->fd, src->events, src->key, TRUE);
+  int r = arm_unlocked (src);
   if (r < 0)
     g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
                src->fd, g_strerror (-r));
@@ -117,7 +138,7 @@ weft_context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc
 }
 
 /* weft_context_add_fd() without the checks: @events may be 0 or hold
- * WEFT__IO_RDHUP (see weft__context_set_fd_interest()). */
+ * WEFT__IO_RDHUP (see weft__context_set_fd_interest()) and WEFT__IO_EDGE. */
 guint
 weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                       gpointer user_data, GDestroyNotify notify, GError **error)
@@ -130,7 +151,9 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
   src->node.kind = WEFT_NODE_FD;
   src->base.refs = 1; /* the registration */
   src->fd = fd;
-  src->events = weft__poll_events_from_condition (events);
+  src->edge = (events & WEFT__IO_EDGE) != 0;
+  src->events = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
+  src->armed = src->events;
 
   weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &src->base);
@@ -145,7 +168,9 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
     }
   WeftEngine *engine = self->engine;
   src->key = weft__fdtable_insert (engine->fdtable, src);
-  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events, src->key, TRUE) : -EMFILE;
+  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->edge ? EPOLLET : 0),
+                                     src->key, !src->edge)
+                   : -EMFILE;
   if (r < 0)
     {
       if (src->key != 0)
@@ -203,7 +228,7 @@ weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
   int fd = src->fd;
   src->events = weft__poll_events_from_condition (events);
   if (!base->running)
-    r = weft__poll_modify (self->engine->pfd, fd, src->events, src->key, TRUE);
+    r = arm_unlocked (src);
   weft__mutex_unlock (&self->lock);
   if (r < 0)
     {

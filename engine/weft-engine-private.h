@@ -19,6 +19,11 @@ G_BEGIN_DECLS
 /* An internal interest bit beside GIOCondition's: the peer shut down its
  * sending side (EPOLLRDHUP alone, without EPOLLIN), reported as G_IO_IN. */
 #define WEFT__IO_RDHUP ((GIOCondition) (1 << 8))
+/* Given to weft__context_add_fd() only: register edge-triggered instead of
+ * one-shot, for an owner that reads until the socket is drained and
+ * tracks that itself (WeftConnection). It saves the re-arm syscall per
+ * readiness; interest changes still take one. */
+#define WEFT__IO_EDGE ((GIOCondition) (1 << 9))
 
 #define WEFT_TLS_IE __attribute__ ((tls_model ("initial-exec")))
 

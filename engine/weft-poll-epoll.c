@@ -85,6 +85,8 @@ weft__poll_condition_from_events (guint32 events)
   GIOCondition c = 0;
   if (events & (EPOLLIN | EPOLLRDHUP))
     c |= G_IO_IN;
+  if (events & EPOLLRDHUP)
+    c |= WEFT__IO_RDHUP; /* internal; edge-triggered owners need to know */
   if (events & EPOLLOUT)
     c |= G_IO_OUT;
   if (events & EPOLLPRI)

@@ -96,6 +96,14 @@ struct _WeftConnection {
   guint is_tls : 1;
   guint tls_read_wants_out : 1;
   guint tls_write_wants_in : 1;
+  guint drained : 1;          /* no unread bytes in the socket, as of the last
+                               * read: the edge-triggered fd reports new ones */
+  guint last_read_short : 1;  /* the last plain read() did not fill its room */
+  guint read_more_posted : 1;
+  guint in_write_call : 1;    /* flushing from weft_connection_write() & co. */
+  guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
+                               * short read is no proof of a drained socket,
+                               * read on to end of file */
 
   /* read side */
   ReadMode mode;
@@ -264,13 +272,16 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
   self->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
   self->high_water = DEFAULT_HIGH_WATER;
   self->low_water = DEFAULT_LOW_WATER;
+  self->drained = TRUE; /* registering reports bytes already there */
 
   /* The source holds a reference until the socket is closed. Until a
    * reader is installed only the peer's shutdown, errors and hang-ups are
-   * reported. */
+   * reported. Edge-triggered: reads go on until the socket is drained (or
+   * continue from a job, see update_interest()), so no re-arm syscall
+   * follows each readiness. */
   self->interest = WEFT__IO_RDHUP;
-  self->fd_id = weft__context_add_fd (ctx, fd, self->interest, on_fd, weft_connection_ref (self),
-                                      source_gone, error);
+  self->fd_id = weft__context_add_fd (ctx, fd, self->interest | WEFT__IO_EDGE, on_fd,
+                                      weft_connection_ref (self), source_gone, error);
   if (self->fd_id == 0)
     {
       /* source_gone() ran and closed the fd. */
@@ -750,6 +761,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
     {
       GIOCondition want = 0;
       n = weft__tls_read (self->tls, buf, room, &want, error);
+      self->last_read_short = FALSE; /* record-sized: says nothing */
       if (n == WEFT_TLS_AGAIN)
         {
           self->tls_read_wants_out = (want & G_IO_OUT) != 0;
@@ -764,6 +776,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
       do
         n = read (self->fd, buf, room);
       while (n < 0 && errno == EINTR);
+      self->last_read_short = n >= 0 && (gsize) n < room;
       if (n < 0)
         {
           int err = errno;
@@ -822,7 +835,13 @@ do_reads (WeftConnection *self)
       GError *error = NULL;
       gssize n = read_once (self, &buf, &cap, &len, &error);
       if (n == -EAGAIN)
-        return;
+        {
+          /* Drained; or TLS wants to write first, and the OUT edge will
+           * bring us back (see on_fd()). */
+          self->drained = TRUE;
+          return;
+        }
+      self->drained = FALSE;
       if (n == -ENOBUFS)
         {
           fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
@@ -841,10 +860,13 @@ do_reads (WeftConnection *self)
         }
       touch (self);
       deliver (self, cap != 0 ? buf : NULL, cap, buf, len);
-      /* A short read drained the socket (the re-arm reports anything that
-       * arrives later); TLS may still hold decrypted bytes. */
-      if (n < SCRATCH_SIZE / 2 && !(self->tls != NULL && weft__tls_has_pending (self->tls)))
-        return;
+      /* A short read drained the socket (epoll reports anything that
+       * arrives later). TLS reads are record-sized: read on to EAGAIN. */
+      if (self->tls == NULL && self->last_read_short && !self->fin_pending)
+        {
+          self->drained = TRUE;
+          return;
+        }
     }
 }
 
@@ -886,7 +908,11 @@ queued (WeftConnection *self)
   if (self->in_fd_callback)
     return;
   if (can_do_io (self) && !self->handshaking)
-    flush (self);
+    {
+      self->in_write_call = TRUE;
+      flush (self);
+      self->in_write_call = FALSE;
+    }
   if (!self->closed)
     update_interest (self);
 }
@@ -1225,6 +1251,14 @@ flush_tls (WeftConnection *self)
 }
 
 static void
+drained_job (gpointer data)
+{
+  WeftConnection *self = data;
+  if (!self->closed && !self->closing && !self->write_shutdown && !self->above_high)
+    emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
+}
+
+static void
 flush (WeftConnection *self)
 {
   if (self->closed || self->handshaking || self->wq_head == NULL)
@@ -1238,7 +1272,14 @@ flush (WeftConnection *self)
     {
       self->above_high = FALSE;
       self->read_paused = FALSE;
-      if (!self->closing && !self->write_shutdown) /* nobody may write more */
+      /* Not from inside the caller's own write: a producer that writes
+       * again on DRAINED would re-enter itself. */
+      if (self->closing || self->write_shutdown) /* nobody may write more */
+        ;
+      else if (self->in_write_call)
+        weft_context_post (self->ctx, drained_job, weft_connection_ref (self),
+                           (GDestroyNotify) weft_connection_unref);
+      else
         emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
       if (self->closed)
         return;
@@ -1261,6 +1302,22 @@ after:
 }
 
 /* ---- interest and the fd callback -------------------------------------- */
+
+static void
+read_more_job (gpointer data)
+{
+  WeftConnection *self = data;
+  self->read_more_posted = FALSE;
+  if (self->closed || self->handshaking || self->in_fd_callback)
+    return;
+  self->in_fd_callback = TRUE; /* batch the reader's writes */
+  do_reads (self);
+  self->in_fd_callback = FALSE;
+  if (!self->closed)
+    flush (self);
+  if (!self->closed)
+    update_interest (self);
+}
 
 static void
 update_interest (WeftConnection *self)
@@ -1290,6 +1347,15 @@ update_interest (WeftConnection *self)
       self->interest = want;
       weft__context_set_fd_interest (self->ctx, self->fd_id, want, NULL);
     }
+  /* Edge-triggered: bytes left in the socket (the read budget ran out, or
+   * the reader paused and resumed within one callback) raise no new edge.
+   * Read them from a job. */
+  if ((want & G_IO_IN) && !self->drained && !self->read_more_posted && !self->in_fd_callback)
+    {
+      self->read_more_posted = TRUE;
+      weft_context_post (self->ctx, read_more_job, weft_connection_ref (self),
+                         (GDestroyNotify) weft_connection_unref);
+    }
 }
 
 /* Whether the peer shut down its sending side, with bytes possibly still
@@ -1318,6 +1384,8 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
 
   weft_connection_ref (self);
   self->in_fd_callback = TRUE;
+  if (condition & (WEFT__IO_RDHUP | G_IO_HUP | G_IO_ERR))
+    self->fin_pending = TRUE; /* edge-triggered: said once only */
   if (self->handshaking)
     drive_handshake (self);
   else
@@ -1345,7 +1413,8 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
                 handle_peer_closed (self);
             }
         }
-      else if (!self->closed && (condition & (G_IO_IN | G_IO_HUP | G_IO_ERR)))
+      else if (!self->closed && ((condition & (G_IO_IN | G_IO_HUP | G_IO_ERR))
+                                 || ((condition & G_IO_OUT) && self->tls_read_wants_out)))
         do_reads (self);
       if (!self->closed && (condition & G_IO_HUP) && !(self->interest & G_IO_IN))
         {
@@ -1679,6 +1748,9 @@ handshake_finished (WeftConnection *self, GError *error)
     }
   self->handshaking = FALSE;
   self->interest = (GIOCondition) -1; /* force the next update */
+  /* The peer's first bytes may have come with its last handshake flight,
+   * without an edge of their own. */
+  self->drained = FALSE;
   if (error == NULL)
     {
       const char *alpn = weft__tls_get_alpn (self->tls);
@@ -1823,8 +1895,8 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
   /* A client speaks first; a server waits for the hello. Either way the
    * first step runs on the context, on a worker. */
   self->interest = server ? G_IO_IN : G_IO_OUT;
-  if (!self->in_fd_callback)
-    weft__context_set_fd_interest (self->ctx, self->fd_id, self->interest, NULL);
+  /* From the fd callback this takes effect when it returns. */
+  weft__context_set_fd_interest (self->ctx, self->fd_id, self->interest, NULL);
   if (!server)
     weft_context_post (self->ctx, start_tls_job, weft_connection_ref (self),
                        (GDestroyNotify) weft_connection_unref);

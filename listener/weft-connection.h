@@ -26,7 +26,8 @@ typedef struct _WeftTlsConfig WeftTlsConfig;
  * @WEFT_CONNECTION_EVENT_PEER_CLOSED: the peer shut down its sending side
  *   (read end of file); writing may still work
  * @WEFT_CONNECTION_EVENT_DRAINED: the write queue, having been above its high
- *   water mark, fell to its low water mark or below
+ *   water mark, fell to its low water mark or below; never emitted from
+ *   inside a write call, so a producer may simply write again
  * @WEFT_CONNECTION_EVENT_ERROR: a read, write, TLS or timeout error; the
  *   connection is closed right after this event
  * @WEFT_CONNECTION_EVENT_CLOSED: the socket is closed (after a graceful or

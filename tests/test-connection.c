@@ -246,6 +246,14 @@ test_raw_partial_consume (void)
 #define BLOCK (64 * 1024)
 #define HIGH_WATER (256 * 1024)
 
+/* The byte at stream offset @pos: not periodic in 64 KiB, so a block sent
+ * twice or lost shows. */
+static inline guint8
+pattern (gsize pos)
+{
+  return (guint8) (pos ^ (pos >> 8) ^ (pos >> 16) ^ (pos >> 24));
+}
+
 static void
 produce (WeftConnection *conn, Seen *s)
 {
@@ -255,7 +263,7 @@ produce (WeftConnection *conn, Seen *s)
     {
       gsize n = MIN ((gsize) BLOCK, s->target - (gsize) atomic_load (&s->written));
       for (gsize i = 0; i < n; i++)
-        block[i] = (guint8) ((gsize) atomic_load (&s->written) + i);
+        block[i] = pattern ((gsize) atomic_load (&s->written) + i);
       if (!weft_connection_write (conn, block, n))
         return; /* closing or closed: the tests check what arrived */
       atomic_fetch_add (&s->written, (long) n);
@@ -317,7 +325,7 @@ test_slow_reader_bounded (void)
       if (n == 0)
         break;
       for (ssize_t i = 0; i < n && ok; i++)
-        ok = buf[i] == (guint8) (total + (gsize) i);
+        ok = buf[i] == pattern (total + (gsize) i);
       total += (gsize) n;
     }
   g_assert_true (ok);
@@ -331,6 +339,157 @@ test_slow_reader_bounded (void)
   close (fd);
   wt_server_stop (&srv);
   seen_clear (&seen);
+}
+
+/* ---- /connection/pause-resume ------------------------------------------ */
+
+/* The reader stops every 64 KiB and starts again: at once within the same
+ * callback (odd pauses) or 20 ms later from a timeout (even pauses), while
+ * the client keeps the socket full. With edge-triggered polling no new
+ * edge comes for bytes already waiting, so this asserts that every byte
+ * is still delivered, in order. */
+#define PR_TOTAL (2 * 1024 * 1024)
+
+typedef struct {
+  gsize total;
+  gsize since_pause;
+  guint pauses;
+  gboolean bad;
+} PauseResume;
+
+static PauseResume pr_state; /* one connection per test run */
+
+static gsize pr_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data);
+
+static gboolean
+pr_restart2 (gpointer data)
+{
+  WeftConnection *conn = data;
+  weft_connection_start_reading (conn, pr_read, &pr_state, NULL);
+  return G_SOURCE_REMOVE;
+}
+
+static gsize
+pr_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  PauseResume *pr = user_data;
+  for (gsize i = 0; i < len; i++)
+    if (data[i] != pattern (pr->total + i))
+      pr->bad = TRUE;
+  pr->total += len;
+  pr->since_pause += len;
+  if (pr->total == PR_TOTAL)
+    {
+      gchar *reply = g_strdup_printf ("%s %" G_GSIZE_FORMAT, pr->bad ? "bad" : "good", pr->total);
+      weft_connection_write (conn, (const guint8 *) reply, strlen (reply));
+      g_free (reply);
+      weft_connection_close (conn);
+      return len;
+    }
+  if (pr->since_pause >= 64 * 1024)
+    {
+      pr->since_pause = 0;
+      pr->pauses++;
+      weft_connection_stop_reading (conn);
+      if (pr->pauses % 2 == 1)
+        weft_connection_start_reading (conn, pr_read, pr, NULL);
+      else
+        weft_context_add_timeout (weft_connection_get_context (conn), 20, pr_restart2,
+                                  weft_connection_ref (conn),
+                                  (GDestroyNotify) weft_connection_unref);
+    }
+  return len;
+}
+
+static void
+setup_pause_resume (WeftConnection *conn, gpointer test_data)
+{
+  weft_connection_start_reading (conn, pr_read, &pr_state, NULL);
+}
+
+static void
+test_pause_resume (void)
+{
+  WtServer srv;
+  memset (&pr_state, 0, sizeof pr_state);
+  wt_server_start (&srv, 2, setup_pause_resume, NULL);
+  int fd = wt_connect_tcp (srv.port);
+  guint8 *data = g_malloc (PR_TOTAL);
+  for (gsize i = 0; i < PR_TOTAL; i++)
+    data[i] = pattern (i);
+  wt_send_all (fd, data, PR_TOTAL);
+  GByteArray *reply = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (reply, (const guint8 *) "", 1);
+  g_assert_cmpstr ((const char *) reply->data, ==, "good 2097152");
+  g_assert_cmpuint (pr_state.pauses, >=, 16); /* at most 128 KiB between pauses */
+  g_byte_array_unref (reply);
+  g_free (data);
+  close (fd);
+  wt_server_stop (&srv);
+}
+
+/* ---- /connection/late-reader ------------------------------------------- */
+
+/* The client sends 1 MiB and then only waits; the server installs its
+ * reader 200 ms later, when all of it sits in the socket. One readiness
+ * cannot take it all (reads per callback are bounded for fairness) and
+ * no more bytes will arrive to raise another edge: the connection must go
+ * on reading by itself. */
+#define LR_TOTAL (1024 * 1024)
+
+static gsize
+lr_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  gsize *total = user_data;
+  *total += len;
+  if (*total == LR_TOTAL)
+    {
+      weft_connection_write (conn, (const guint8 *) "all", 3);
+      weft_connection_close (conn);
+    }
+  return len;
+}
+
+static gboolean
+lr_start (gpointer data)
+{
+  static gsize total;
+  total = 0;
+  weft_connection_start_reading (data, lr_read, &total, NULL);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+lr_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
+          gpointer user_data)
+{
+}
+
+static void
+setup_late_reader (WeftConnection *conn, gpointer test_data)
+{
+  int size = 4 * LR_TOTAL;
+  /* An event function: a connection with no callbacks at all is closed. */
+  weft_connection_set_event_func (conn, lr_event, NULL, NULL);
+  setsockopt (weft_connection_get_fd (conn), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  weft_context_add_timeout (weft_connection_get_context (conn), 200, lr_start,
+                            weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+}
+
+static void
+test_late_reader (void)
+{
+  WtServer srv;
+  wt_server_start (&srv, 2, setup_late_reader, NULL);
+  int fd = wt_connect_tcp (srv.port);
+  guint8 *data = g_malloc0 (LR_TOTAL);
+  wt_send_all (fd, data, LR_TOTAL);
+  GByteArray *reply = wt_recv_to_eof (fd, FALSE, NULL);
+  g_assert_cmpmem (reply->data, reply->len, "all", 3);
+  g_byte_array_unref (reply);
+  g_free (data);
+  close (fd);
+  wt_server_stop (&srv);
 }
 
 /* ---- /connection/peer-reset-mid-write ---------------------------------- */
@@ -833,6 +992,8 @@ main (int argc, char **argv)
   g_test_add_func ("/connection/raw-partial-consume", test_raw_partial_consume);
   g_test_add_func ("/connection/slow-reader-bounded", test_slow_reader_bounded);
   g_test_add_func ("/connection/peer-reset-mid-write", test_peer_reset_mid_write);
+  g_test_add_func ("/connection/pause-resume", test_pause_resume);
+  g_test_add_func ("/connection/late-reader", test_late_reader);
   g_test_add_func ("/connection/half-close", test_half_close);
   g_test_add_func ("/connection/graceful-close", test_graceful_close);
   g_test_add_func ("/connection/abort", test_abort);
