@@ -14,6 +14,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,7 @@ main (int argc, char **argv)
       fprintf (stderr, "usage: %s PORT\n", argv[0]);
       return 2;
     }
+  signal (SIGPIPE, SIG_IGN); /* a peer that resets must not kill the server */
   struct event_base *base = event_base_new ();
   struct sockaddr_in sin;
   memset (&sin, 0, sizeof sin);

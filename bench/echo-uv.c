@@ -10,6 +10,7 @@
  */
 #include <uv.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,7 @@ main (int argc, char **argv)
       fprintf (stderr, "usage: %s PORT\n", argv[0]);
       return 2;
     }
+  signal (SIGPIPE, SIG_IGN); /* a peer that resets must not kill the server */
   loop = uv_default_loop ();
   uv_tcp_t server;
   struct sockaddr_in addr;
