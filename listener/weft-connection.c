@@ -1509,6 +1509,11 @@ fail (WeftConnection *self, GError *error)
       g_error_free (error);
       return;
     }
+  /* TLS failures after the handshake (a bad record, an alert) are logged
+   * like failed handshakes, quietly: a hostile peer must not flood the
+   * log. The application sees every error as the ERROR event. */
+  if (self->tls != NULL && !self->handshaking)
+    g_info ("TLS connection closed: %s", error->message);
   emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
   g_error_free (error);
   finish_close (self, TRUE);

@@ -186,6 +186,65 @@ test_s_client (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/curl --------------------------------------------------------- */
+
+/* A minimal HTTP/1.1 responder on the TLS listener, for curl: one request
+ * head, one response, close. */
+static gsize
+http_head (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  const char *response = "HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n"
+                         "hello weft\n";
+  weft_connection_write (conn, (const guint8 *) response, strlen (response));
+  weft_connection_close (conn);
+  return len;
+}
+
+static void
+http_setup (WeftConnection *conn, gpointer test_data)
+{
+  /* ALPN agreed on http/1.1, as curl offered it. */
+  if (g_strcmp0 (weft_connection_get_alpn_protocol (conn), "http/1.1") != 0)
+    {
+      weft_connection_abort (conn);
+      return;
+    }
+  weft_connection_read_until (conn, (const guint8 *) "\r\n\r\n", 4, 8192, http_head, NULL,
+                              NULL);
+}
+
+/* curl verifies the certificate against the CA and the name, negotiates
+ * http/1.1 by ALPN and reads the response; then again over TLS 1.2. */
+static void
+test_curl (void)
+{
+  const char *curl = need_env ("WEFT_TEST_CURL", "curl");
+  if (curl == NULL)
+    return;
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WtServer srv;
+  tls_server_start (&srv, config, http_setup, NULL);
+  gchar *resolve = g_strdup_printf ("localhost:%u:127.0.0.1", srv.port);
+  gchar *url = g_strdup_printf ("https://localhost:%u/", srv.port);
+  for (int v = 0; v < 2; v++)
+    {
+      const char *argv[] = { curl, "-sS", "--http1.1", "--cacert", certs.ca->cert_file,
+                             "--resolve", resolve, "-w", "|%{http_code}|%{ssl_verify_result}",
+                             v == 0 ? "--tlsv1.3" : "--tls-max", v == 0 ? url : "1.2",
+                             v == 0 ? NULL : url, NULL };
+      gchar *out = NULL;
+      gboolean ok = run_client (argv, &out);
+      if (!ok || !g_str_has_prefix (out, "hello weft\n|200|0"))
+        g_error ("curl output:\n%s", out);
+      g_free (out);
+    }
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 0);
+  g_free (resolve);
+  g_free (url);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
 /* ---- Python ssl client ------------------------------------------------- */
 
 static const char *python_client =
@@ -214,6 +273,17 @@ static const char *python_client =
     "    s.sendall(b'again')\n"
     "    assert s.recv(5) == b'again'\n"
     "    print('reused', s.session_reused)\n"
+    "elif mode == 'badrecord':\n"
+    "    import os\n"
+    "    s = connect()\n"
+    "    s.sendall(b'ping')\n"
+    "    assert s.recv(4) == b'ping'\n"
+    "    # An application-data record that cannot decrypt, past the SSL layer.\n"
+    "    os.write(s.fileno(), b'\\x17\\x03\\x03\\x00\\x40' + b'\\xaa' * 64)\n"
+    "    try:\n"
+    "        print('closed' if s.recv(100) == b'' else 'data')\n"
+    "    except (ssl.SSLError, OSError) as e:\n"
+    "        print('closed', type(e).__name__)\n"
     "elif mode == 'cn':\n"
     "    s = connect()\n"
     "    print('cn', dict(x[0] for x in s.getpeercert()['subject'])['commonName'])\n"
@@ -529,8 +599,9 @@ expect_closed (guint16 port, const void *data, gsize len, gboolean shut)
 }
 
 /* Plain HTTP, random bytes, a truncated ClientHello and an oversized
- * record each close only their own connection, counted as failures; the
- * server keeps serving. */
+ * record each close only their own connection, counted as failed
+ * handshakes; a bad record after a good handshake closes its connection;
+ * the server keeps serving. */
 static void
 test_bad_client_hello (void)
 {
@@ -555,6 +626,15 @@ test_bad_client_hello (void)
   /* A record longer than TLS allows (2^14 + 2048). */
   const guint8 huge[] = { 0x16, 0x03, 0x01, 0xff, 0xff, 0x01 };
   expect_closed (srv.port, huge, sizeof huge, FALSE);
+
+  /* A record that fails to decrypt after a good handshake. */
+  if (g_getenv ("WEFT_TEST_PYTHON") != NULL)
+    {
+      gchar *out = run_python (srv.port, "localhost", "badrecord");
+      if (!g_str_has_prefix (out, "closed"))
+        g_error ("python output:\n%s", out);
+      g_free (out);
+    }
 
   WT_WAIT_UNTIL (weft_listener_get_n_tls_failed (srv.listener) == 4);
   g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 4);
@@ -661,6 +741,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/tls/config-errors", test_config_errors);
   g_test_add_func ("/tls/s-client", test_s_client);
+  g_test_add_func ("/tls/curl", test_curl);
   g_test_add_func ("/tls/python-echo", test_python_echo);
   g_test_add_func ("/tls/weft-client", test_weft_client);
   g_test_add_func ("/tls/expired-cert", test_expired_cert);
