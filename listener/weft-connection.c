@@ -41,6 +41,8 @@ G_DEFINE_BOXED_TYPE (WeftConnection, weft_connection, weft_connection_ref,
 #define DEFAULT_HIGH_WATER (1024 * 1024)
 #define DEFAULT_LOW_WATER (256 * 1024)
 #define SMALL_CHUNK 1024              /* copies smaller than this share chunks */
+#define CHUNK_ALLOC 1024              /* a small chunk's allocation, header included:
+                                       * within glibc's per-thread cache (1032) */
 #define DEFAULT_CLOSE_LINGER_MS 30000 /* graceful close without a write timeout */
 
 typedef enum {
@@ -951,8 +953,8 @@ weft_connection_write (WeftConnection *self, const guint8 *data, gsize len)
     }
   else
     {
-      gsize cap = MAX (len, (gsize) SMALL_CHUNK);
-      Chunk *c = g_malloc (sizeof (Chunk) + cap);
+      gsize cap = MAX (len, (gsize) CHUNK_ALLOC - offsetof (Chunk, copy.data));
+      Chunk *c = g_malloc (offsetof (Chunk, copy.data) + cap);
       c->kind = CHUNK_COPY;
       c->off = 0;
       c->len = len;
@@ -1145,8 +1147,11 @@ flush_plain (WeftConnection *self)
               k++;
             }
           struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t) k };
+          /* One buffer, the usual case for a reply: send() skips copying
+           * the msghdr and iovec into the kernel. */
           do
-            n = sendmsg (self->fd, &msg, MSG_NOSIGNAL);
+            n = k == 1 ? send (self->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
+                       : sendmsg (self->fd, &msg, MSG_NOSIGNAL);
           while (n < 0 && errno == EINTR);
           if (n > 0)
             {
