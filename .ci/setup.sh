@@ -12,7 +12,7 @@ packages=(
   pkg-config
   libglib2.0-dev    # glib-2.0 / gobject-2.0 / gio-2.0 >= 2.74
   libssl-dev        # OpenSSL 3: TLS on connections
-  openssl           # tests: certificates, s_client
+  openssl           # tests: s_client; bench/echo-compare: a certificate
   curl              # tests: a real client
   python3           # examples/demo-smoke.py
   libuv1-dev        # bench/ comparisons (bench=true by default)

@@ -103,6 +103,7 @@ struct _WeftConnection {
   guint last_read_short : 1;  /* the last plain read() did not fill its room */
   guint read_more_posted : 1;
   guint in_write_call : 1;    /* flushing from weft_connection_write() & co. */
+  guint drained_posted : 1;   /* a drained_job is pending and still due */
   guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
                                * short read is no proof of a drained socket,
                                * read on to end of file */
@@ -909,6 +910,9 @@ queued (WeftConnection *self)
   check_high_water (self);
   if (self->in_fd_callback)
     return;
+  /* A failed flush closes the connection, and the CLOSED handler may drop
+   * the caller's last reference: hold one of our own. */
+  weft_connection_ref (self);
   if (can_do_io (self) && !self->handshaking)
     {
       self->in_write_call = TRUE;
@@ -917,6 +921,7 @@ queued (WeftConnection *self)
     }
   if (!self->closed)
     update_interest (self);
+  weft_connection_unref (self);
 }
 
 /**
@@ -1259,6 +1264,10 @@ static void
 drained_job (gpointer data)
 {
   WeftConnection *self = data;
+  /* Not if a direct emission came first (drained_posted cleared). */
+  if (!self->drained_posted)
+    return;
+  self->drained_posted = FALSE;
   if (!self->closed && !self->closing && !self->write_shutdown && !self->above_high)
     emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
 }
@@ -1282,10 +1291,19 @@ flush (WeftConnection *self)
       if (self->closing || self->write_shutdown) /* nobody may write more */
         ;
       else if (self->in_write_call)
-        weft_context_post (self->ctx, drained_job, weft_connection_ref (self),
-                           (GDestroyNotify) weft_connection_unref);
+        {
+          if (!self->drained_posted)
+            {
+              self->drained_posted = TRUE;
+              weft_context_post (self->ctx, drained_job, weft_connection_ref (self),
+                                 (GDestroyNotify) weft_connection_unref);
+            }
+        }
       else
-        emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
+        {
+          self->drained_posted = FALSE; /* this one counts for it */
+          emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
+        }
       if (self->closed)
         return;
     }
@@ -1355,7 +1373,8 @@ update_interest (WeftConnection *self)
   /* Edge-triggered: bytes left in the socket (the read budget ran out, or
    * the reader paused and resumed within one callback) raise no new edge.
    * Read them from a job. */
-  if ((want & G_IO_IN) && !self->drained && !self->read_more_posted && !self->in_fd_callback)
+  if ((want & G_IO_IN) && self->mode != READ_NONE && !self->read_paused && !self->drained &&
+      !self->read_more_posted && !self->in_fd_callback)
     {
       self->read_more_posted = TRUE;
       weft_context_post (self->ctx, read_more_job, weft_connection_ref (self),

@@ -42,10 +42,6 @@ gssize weft__tls_read (WeftTlsSession *self, guint8 *buf, gsize len, GIOConditio
 gssize weft__tls_write (WeftTlsSession *self, const guint8 *buf, gsize len, GIOCondition *want,
                         GError **error);
 
-/* TRUE if decrypted bytes are buffered inside the session (SSL_pending):
- * read again without waiting for the fd. */
-gboolean weft__tls_has_pending (WeftTlsSession *self);
-
 /* Sends close_notify, best effort, without waiting for the peer's. */
 void weft__tls_shutdown (WeftTlsSession *self);
 

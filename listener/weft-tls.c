@@ -43,6 +43,7 @@ struct _WeftTlsSession
   WeftTlsConfig *config; /* ref: the SSL_CTX callbacks read it */
   gchar *server_name;    /* SNI the client sent (server side) */
   gchar *alpn;           /* negotiated protocol, NUL-terminated copy */
+  WeftTlsConfig *sni_config; /* ref: the configuration SNI switched to */
   gboolean handshake_done;
 };
 
@@ -96,8 +97,15 @@ static int
 alpn_select (SSL *ssl, const unsigned char **out, unsigned char *outlen,
              const unsigned char *in, unsigned int inlen, void *arg)
 {
+  /* After an SNI switch OpenSSL calls the chosen context's callback: look
+   * the configurations up from the session, not from @arg. The chosen
+   * configuration's list applies if it has one, else the default's. */
+  WeftTlsSession *session = SSL_get_ex_data (ssl, session_index);
   WeftTlsConfig *config = arg;
-  (void) ssl;
+  if (session != NULL)
+    config = session->sni_config != NULL && session->sni_config->alpn != NULL
+                 ? session->sni_config
+                 : session->config;
   if (config->alpn == NULL)
     return SSL_TLSEXT_ERR_NOACK;
   /* Our preference order wins. SSL_select_next_proto wants non-const
@@ -136,9 +144,22 @@ servername_cb (SSL *ssl, int *alert, void *arg)
           *alert = SSL_AD_INTERNAL_ERROR;
           return SSL_TLSEXT_ERR_ALERT_FATAL;
         }
-      /* Takes the certificate and key of @chosen; the protocol settings
-       * stay those of @config (OpenSSL copies only the certificates). */
-      SSL_set_SSL_CTX (ssl, chosen->ctx);
+      /* Takes the certificate and key of @chosen. OpenSSL leaves the
+       * session's protocol settings (versions, options, tickets) those of
+       * @config; the client-certificate policy must follow @chosen, or a
+       * name that requires client certificates could be reached without
+       * one through the default configuration. */
+      if (SSL_set_SSL_CTX (ssl, chosen->ctx) == NULL)
+        {
+          *alert = SSL_AD_INTERNAL_ERROR;
+          return SSL_TLSEXT_ERR_ALERT_FATAL;
+        }
+      SSL_set_verify (ssl, SSL_CTX_get_verify_mode (chosen->ctx),
+                      SSL_CTX_get_verify_callback (chosen->ctx));
+      SSL_set_verify_depth (ssl, SSL_CTX_get_verify_depth (chosen->ctx));
+      if (session->sni_config != NULL)
+        weft_tls_config_unref (session->sni_config);
+      session->sni_config = weft_tls_config_ref (chosen);
     }
   return SSL_TLSEXT_ERR_OK;
 }
@@ -472,10 +493,11 @@ weft_tls_config_set_alpn_protocols (WeftTlsConfig *self, const gchar *const *pro
       g_byte_array_append (wire, &len, 1);
       g_byte_array_append (wire, (const guint8 *) protocols[i], (guint) n);
     }
-  if (!self->server && wire->len > 0)
+  if (!self->server)
     {
       ERR_clear_error ();
-      if (SSL_CTX_set_alpn_protos (self->ctx, wire->data, wire->len) != 0) /* 0 = success */
+      /* An empty list turns the offer off. 0 means success here. */
+      if (SSL_CTX_set_alpn_protos (self->ctx, wire->len > 0 ? wire->data : NULL, wire->len) != 0)
         {
           set_ssl_error (error, G_IO_ERROR_FAILED, "SSL_CTX_set_alpn_protos");
           g_byte_array_unref (wire);
@@ -500,6 +522,12 @@ weft_tls_config_set_alpn_protocols (WeftTlsConfig *self, const gchar *const *pro
  * Serves several names with different certificates: @func runs during
  * each handshake whose client sent a server name. Without a function every
  * client gets this configuration's certificate.
+ *
+ * From the configuration @func returns, a handshake takes the certificate
+ * and key, the peer verification policy (weft_tls_config_set_verify_peer()
+ * and the CA file) and the ALPN list if it has one (else this one's). The
+ * protocol versions, session tickets and the handshake timeout stay this
+ * configuration's: the client has already been answered on those.
  */
 void
 weft_tls_config_set_sni_func (WeftTlsConfig *self, WeftTlsSniFunc func, gpointer user_data,
@@ -670,6 +698,8 @@ weft__tls_session_free (WeftTlsSession *self)
     return;
   SSL_free (self->ssl);
   weft_tls_config_unref (self->config);
+  if (self->sni_config != NULL)
+    weft_tls_config_unref (self->sni_config);
   g_free (self->server_name);
   g_free (self->alpn);
   g_free (self);
@@ -778,14 +808,6 @@ weft__tls_write (WeftTlsSession *self, const guint8 *buf, gsize len, GIOConditio
       return WEFT_TLS_ERROR;
     }
   return c;
-}
-
-gboolean
-weft__tls_has_pending (WeftTlsSession *self)
-{
-  /* Decrypted bytes, or raw bytes of a record already taken from the
-   * socket: either way epoll would not say so. */
-  return SSL_pending (self->ssl) > 0 || SSL_has_pending (self->ssl) == 1;
 }
 
 void

@@ -252,6 +252,8 @@ static const char *python_client =
     "port, cafile, name, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]\n"
     "ctx = ssl.create_default_context(cafile=cafile)\n"
     "ctx.set_alpn_protocols(['http/1.1'])\n"
+    "if len(sys.argv) > 6:\n"
+    "    ctx.load_cert_chain(sys.argv[5], sys.argv[6])\n"
     "def connect(session=None):\n"
     "    raw = socket.create_connection(('127.0.0.1', port), timeout=10)\n"
     "    return ctx.wrap_socket(raw, server_hostname=name, session=session)\n"
@@ -286,7 +288,8 @@ static const char *python_client =
     "        print('closed', type(e).__name__)\n"
     "elif mode == 'cn':\n"
     "    s = connect()\n"
-    "    print('cn', dict(x[0] for x in s.getpeercert()['subject'])['commonName'])\n"
+    "    print('cn', dict(x[0] for x in s.getpeercert()['subject'])['commonName'],\n"
+    "          s.selected_alpn_protocol())\n"
     "elif mode == 'fail':\n"
     "    try:\n"
     "        connect().recv(1)\n"
@@ -294,18 +297,26 @@ static const char *python_client =
     "    except ssl.SSLError as e:\n"
     "        print('failed', e)\n";
 
+/* @client: a certificate to present, or NULL. */
 static gchar *
-run_python (guint16 port, const char *name, const char *mode)
+run_python_as (guint16 port, const char *name, const char *mode, WtCert *client)
 {
   const char *python = g_getenv ("WEFT_TEST_PYTHON");
   gchar *port_s = g_strdup_printf ("%u", port);
   const char *argv[] = { python, "-c", python_client, port_s, certs.ca->cert_file, name, mode,
-                         NULL };
+                         client != NULL ? client->cert_file : NULL,
+                         client != NULL ? client->key_file : NULL, NULL };
   gchar *out = NULL;
   if (!run_client (argv, &out))
     g_error ("python client failed:\n%s", out);
   g_free (port_s);
   return out;
+}
+
+static gchar *
+run_python (guint16 port, const char *name, const char *mode)
+{
+  return run_python_as (port, name, mode, NULL);
 }
 
 /* 1 MiB echoed through TLS in 64 KiB steps (Python's SSL socket cannot
@@ -527,20 +538,36 @@ static void
 test_sni (void)
 {
   Sni sni = { 0 };
+  GError *error = NULL;
   sni.localhost = server_config (certs.localhost);
-  sni.b_test = server_config (certs.b_test);
+  /* b.test: a certificate, no ALPN list of its own, and client
+   * certificates required. */
+  sni.b_test = weft_tls_config_new_server (&error);
+  g_assert_no_error (error);
+  g_assert_true (weft_tls_config_set_certificate_pem (sni.b_test, certs.b_test->cert_pem,
+                                                      certs.b_test->key_pem, &error));
+  g_assert_true (weft_tls_config_set_ca_file (sni.b_test, certs.ca->cert_file, &error));
+  g_assert_no_error (error);
+  weft_tls_config_set_verify_peer (sni.b_test, TRUE);
   weft_tls_config_set_sni_func (sni.localhost, choose, &sni, NULL);
   WtServer srv;
   tls_server_start (&srv, sni.localhost, greet_setup, NULL);
 
   if (g_getenv ("WEFT_TEST_PYTHON") != NULL)
     {
-      gchar *out = run_python (srv.port, "b.test", "cn");
-      if (strstr (out, "cn b.test\n") == NULL)
+      /* b.test's certificate, the default configuration's ALPN. */
+      gchar *out = run_python_as (srv.port, "b.test", "cn", certs.localhost);
+      if (strstr (out, "cn b.test http/1.1\n") == NULL)
         g_error ("python output:\n%s", out);
       g_free (out);
+      /* b.test requires a client certificate even though the default
+       * configuration does not. */
+      out = run_python (srv.port, "b.test", "fail");
+      if (strstr (out, "failed") == NULL)
+        g_error ("python output (a client without certificate got through):\n%s", out);
+      g_free (out);
       out = run_python (srv.port, "localhost", "cn");
-      if (strstr (out, "cn localhost\n") == NULL)
+      if (strstr (out, "cn localhost http/1.1\n") == NULL)
         g_error ("python output:\n%s", out);
       g_free (out);
     }
@@ -567,14 +594,16 @@ test_sni (void)
 
   /* No SNI function: b.test's server answers "localhost" with its only
    * certificate, and the client refuses the mismatch. */
+  WeftTlsConfig *b_only = server_config (certs.b_test);
   WtServer srv2;
-  tls_server_start (&srv2, sni.b_test, wt_echo_setup, NULL);
-  gchar *error = weft_client (srv2.engine, "localhost", srv2.port, 0, NULL);
-  g_assert_nonnull (error);
-  if (strstr (error, "mismatch") == NULL)
-    g_error ("unexpected error: %s", error);
-  g_free (error);
+  tls_server_start (&srv2, b_only, wt_echo_setup, NULL);
+  gchar *message = weft_client (srv2.engine, "localhost", srv2.port, 0, NULL);
+  g_assert_nonnull (message);
+  if (strstr (message, "mismatch") == NULL)
+    g_error ("unexpected error: %s", message);
+  g_free (message);
   wt_server_stop (&srv2);
+  weft_tls_config_unref (b_only);
   weft_tls_config_unref (sni.localhost);
   weft_tls_config_unref (sni.b_test);
 }
