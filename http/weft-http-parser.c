@@ -1,0 +1,753 @@
+/* weft-http-parser.c: RFC 9112 request heads and chunked bodies. See
+ * weft-http-parser.h for the contract; the comments here say which rule a
+ * check enforces.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-http-parser.h"
+
+#include <string.h>
+
+/* ---- character classes ---------------------------------------------------- */
+
+enum {
+  C_TCHAR = 1 << 0,  /* token (RFC 9110 §5.6.2) */
+  C_TARGET = 1 << 1, /* request-target: VCHAR except '#' (no fragment) */
+  C_VALUE = 1 << 2,  /* field-value: VCHAR, obs-text, SP, HTAB */
+  C_HOST = 1 << 3,   /* Host: reg-name, IP-literal, port */
+};
+
+static guint8 classes[256];
+
+static gpointer
+init_classes (gpointer unused)
+{
+  (void) unused;
+  for (int c = 0; c < 256; c++)
+    {
+      guint8 k = 0;
+      if (g_ascii_isalnum (c) || (c != 0 && strchr ("!#$%&'*+-.^_`|~", c) != NULL))
+        k |= C_TCHAR;
+      if (c > 0x20 && c < 0x7f && c != '#')
+        k |= C_TARGET;
+      if ((c > 0x20 && c != 0x7f) || c == ' ' || c == '\t')
+        k |= C_VALUE;
+      if (g_ascii_isalnum (c) || (c != 0 && strchr ("-._~!$&'()*+,;=:%[]", c) != NULL))
+        k |= C_HOST;
+      classes[c] = k;
+    }
+  return NULL;
+}
+
+static inline void
+ensure_classes (void)
+{
+  static GOnce once = G_ONCE_INIT;
+  g_once (&once, init_classes, NULL);
+}
+
+#define IS(c, k) ((classes[(guint8) (c)] & (k)) != 0)
+
+void
+weft_http_limits_init (WeftHttpLimits *limits)
+{
+  limits->max_target = 8 * 1024;
+  limits->max_head = 16 * 1024;
+  limits->max_headers = 100;
+  limits->max_body = 8 * 1024 * 1024;
+}
+
+static gboolean
+slice_ieq (WeftHttpSlice s, const char *lit)
+{
+  gsize n = strlen (lit);
+  return s.len == n && g_ascii_strncasecmp (s.ptr, lit, n) == 0;
+}
+
+/* ---- the request head ---------------------------------------------------- */
+
+#define FAIL(code)                                                                                \
+  do                                                                                              \
+    {                                                                                             \
+      *status = (code);                                                                           \
+      req->close_after = TRUE;                                                                    \
+      return WEFT_HTTP_ERROR;                                                                     \
+    }                                                                                             \
+  while (0)
+
+/* Running out of bytes: wait for more unless the head is already over its
+ * limit (@in_target: the request-target is what is too long: 414). */
+#define NEED_MORE(in_target)                                                                      \
+  do                                                                                              \
+    {                                                                                             \
+      if (len >= limits->max_head)                                                                \
+        FAIL ((in_target) ? 414 : 431);                                                           \
+      return WEFT_HTTP_INCOMPLETE;                                                                \
+    }                                                                                             \
+  while (0)
+
+/* Walks a comma-separated list value (RFC 9110 §5.6.1), calling @fn on
+ * each non-empty element with surrounding whitespace removed. Returns FALSE
+ * as soon as @fn does. */
+static gboolean
+for_each_element (WeftHttpSlice value, gboolean (*fn) (WeftHttpSlice, gpointer), gpointer data)
+{
+  const char *p = value.ptr, *end = value.ptr + value.len;
+  while (p < end)
+    {
+      const char *s = p;
+      while (p < end && *p != ',')
+        p++;
+      const char *e = p;
+      while (s < e && (*s == ' ' || *s == '\t'))
+        s++;
+      while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+      if (e > s && !fn ((WeftHttpSlice) { s, (gsize) (e - s) }, data))
+        return FALSE;
+      if (p < end)
+        p++; /* the comma */
+    }
+  return TRUE;
+}
+
+typedef struct {
+  guint n;           /* codings seen */
+  gboolean chunked_last;
+  gboolean chunked_twice;
+  gboolean seen_chunked;
+  gboolean unknown;  /* a coding other than chunked */
+  gboolean bad;      /* not a token */
+} TeScan;
+
+static gboolean
+te_element (WeftHttpSlice el, gpointer data)
+{
+  TeScan *t = data;
+  /* transfer-coding = token *( OWS ";" OWS transfer-parameter ) */
+  gsize n = 0;
+  while (n < el.len && IS (el.ptr[n], C_TCHAR))
+    n++;
+  if (n == 0)
+    {
+      t->bad = TRUE;
+      return FALSE;
+    }
+  WeftHttpSlice name = { el.ptr, n };
+  t->n++;
+  if (slice_ieq (name, "chunked"))
+    {
+      if (t->seen_chunked)
+        t->chunked_twice = TRUE;
+      t->seen_chunked = TRUE;
+      t->chunked_last = n == el.len; /* parameters on chunked are not allowed */
+      if (n != el.len)
+        t->bad = TRUE;
+    }
+  else
+    {
+      t->chunked_last = FALSE;
+      t->unknown = TRUE;
+    }
+  return TRUE;
+}
+
+typedef struct {
+  gboolean close;
+  gboolean keep_alive;
+} ConnScan;
+
+static gboolean
+conn_element (WeftHttpSlice el, gpointer data)
+{
+  ConnScan *c = data;
+  if (slice_ieq (el, "close"))
+    c->close = TRUE;
+  else if (slice_ieq (el, "keep-alive"))
+    c->keep_alive = TRUE;
+  return TRUE;
+}
+
+static gboolean
+valid_host (WeftHttpSlice h)
+{
+  /* Host = uri-host [ ":" port ]; empty is allowed by RFC 9110 §7.2 only
+   * for targets without an authority, which origin-form requests to us
+   * are not: require something. */
+  if (h.len == 0)
+    return FALSE;
+  for (gsize i = 0; i < h.len; i++)
+    if (!IS (h.ptr[i], C_HOST))
+      return FALSE;
+  return TRUE;
+}
+
+/* Splits an origin-form (or absolute-form path part) target at '?'. */
+static void
+split_path (WeftHttpRequest *req, const char *p, const char *end)
+{
+  const char *q = memchr (p, '?', (gsize) (end - p));
+  if (q == NULL)
+    {
+      req->path = (WeftHttpSlice) { p, (gsize) (end - p) };
+      req->query = (WeftHttpSlice) { end, 0 };
+    }
+  else
+    {
+      req->path = (WeftHttpSlice) { p, (gsize) (q - p) };
+      req->query = (WeftHttpSlice) { q + 1, (gsize) (end - q - 1) };
+    }
+}
+
+static guint
+classify_target (WeftHttpRequest *req, WeftHttpSlice *authority)
+{
+  const char *t = req->target.ptr, *end = t + req->target.len;
+  /* Methods are case-sensitive (RFC 9110 §9.1). */
+  gboolean connect = req->method.len == 7 && memcmp (req->method.ptr, "CONNECT", 7) == 0;
+  gboolean options = req->method.len == 7 && memcmp (req->method.ptr, "OPTIONS", 7) == 0;
+  *authority = (WeftHttpSlice) { NULL, 0 };
+  if (connect)
+    {
+      /* authority-form = uri-host ":" port */
+      req->form = WEFT_HTTP_FORM_AUTHORITY;
+      const char *colon = NULL;
+      for (const char *p = t; p < end; p++)
+        {
+          if (!IS (*p, C_HOST) || *p == '/' || *p == '?')
+            return 400;
+          if (*p == ':')
+            colon = p;
+        }
+      if (colon == NULL || colon == t || colon + 1 == end)
+        return 400;
+      for (const char *p = colon + 1; p < end; p++)
+        if (!g_ascii_isdigit (*p))
+          return 400;
+      *authority = req->target;
+      req->path = (WeftHttpSlice) { end, 0 };
+      req->query = (WeftHttpSlice) { end, 0 };
+      return 0;
+    }
+  if (req->target.len == 1 && t[0] == '*')
+    {
+      if (!options)
+        return 400;
+      req->form = WEFT_HTTP_FORM_ASTERISK;
+      req->path = req->target;
+      req->query = (WeftHttpSlice) { end, 0 };
+      return 0;
+    }
+  if (t[0] == '/')
+    {
+      req->form = WEFT_HTTP_FORM_ORIGIN;
+      split_path (req, t, end);
+      return 0;
+    }
+  /* absolute-form: scheme "://" authority path-abempty [ "?" query ] */
+  const char *p = t;
+  if (!g_ascii_isalpha (*p))
+    return 400;
+  while (p < end && (g_ascii_isalnum (*p) || *p == '+' || *p == '-' || *p == '.'))
+    p++;
+  if (end - p < 3 || memcmp (p, "://", 3) != 0)
+    return 400;
+  WeftHttpSlice scheme = { t, (gsize) (p - t) };
+  if (!slice_ieq (scheme, "http") && !slice_ieq (scheme, "https"))
+    return 400;
+  const char *a = p + 3, *ae = a;
+  while (ae < end && *ae != '/' && *ae != '?')
+    ae++;
+  WeftHttpSlice auth = { a, (gsize) (ae - a) };
+  if (!valid_host (auth) || memchr (a, '@', auth.len) != NULL) /* no userinfo */
+    return 400;
+  req->form = WEFT_HTTP_FORM_ABSOLUTE;
+  *authority = auth;
+  if (ae == end || *ae == '?')
+    {
+      /* An empty path is "/" (RFC 9112 §3.2.2 / RFC 3986). */
+      req->path = (WeftHttpSlice) { "/", 1 };
+      req->query = ae == end ? (WeftHttpSlice) { end, 0 }
+                             : (WeftHttpSlice) { ae + 1, (gsize) (end - ae - 1) };
+    }
+  else
+    split_path (req, ae, end);
+  return 0;
+}
+
+/* The header section is syntactically fine: apply the framing and Host
+ * rules. Returns 0 or a status. */
+static guint
+check_semantics (WeftHttpRequest *req, const WeftHttpLimits *limits)
+{
+  guint n_host = 0, n_cl = 0, n_te = 0;
+  WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
+  TeScan te = { 0 };
+  ConnScan conn = { 0 };
+  guint64 cl = 0;
+  gboolean cl_too_big = FALSE;
+
+  for (gsize i = 0; i < req->n_headers; i++)
+    {
+      WeftHttpHeader *h = &req->headers[i];
+      switch (h->name.len)
+        {
+        case 4:
+          if (slice_ieq (h->name, "host"))
+            {
+              n_host++;
+              host = h->value;
+            }
+          break;
+        case 6:
+          if (slice_ieq (h->name, "expect") && slice_ieq (h->value, "100-continue"))
+            req->expect_continue = TRUE;
+          break;
+        case 10:
+          if (slice_ieq (h->name, "connection"))
+            for_each_element (h->value, conn_element, &conn);
+          break;
+        case 14:
+          if (slice_ieq (h->name, "content-length"))
+            {
+              /* Content-Length = 1*DIGIT, once (a list or a repeat, even of
+               * the same value, is refused: RFC 9112 §6.3 lets us, and it
+               * closes the door on smuggling through disagreeing parsers). */
+              n_cl++;
+              if (h->value.len == 0)
+                return 400;
+              cl = 0;
+              for (gsize k = 0; k < h->value.len; k++)
+                {
+                  char c = h->value.ptr[k];
+                  if (!g_ascii_isdigit (c))
+                    return 400;
+                  if (cl > (G_MAXUINT64 - 9) / 10)
+                    {
+                      cl_too_big = TRUE; /* more than any limit; keep checking digits */
+                      continue;
+                    }
+                  cl = cl * 10 + (guint64) (c - '0');
+                }
+            }
+          break;
+        case 17:
+          if (slice_ieq (h->name, "transfer-encoding"))
+            {
+              n_te++;
+              for_each_element (h->value, te_element, &te);
+            }
+          break;
+        default:
+          break;
+        }
+    }
+
+  if (n_cl > 1)
+    return 400;
+  if (n_te > 0)
+    {
+      /* RFC 9112 §6.1: chunked at most once, and last; a request whose
+       * final coding is not chunked has no knowable length: 400 and
+       * close. Codings we do not implement before a final chunked: 501.
+       * With Content-Length too: refuse (§6.3 permits; smuggling). */
+      if (req->minor_version == 0)
+        return 400;
+      if (te.bad || te.n == 0 || te.chunked_twice || !te.chunked_last)
+        return 400;
+      if (n_cl > 0)
+        return 400;
+      if (te.unknown)
+        return 501;
+      req->body = WEFT_HTTP_BODY_CHUNKED;
+    }
+  else if (n_cl == 1)
+    {
+      if (cl_too_big || cl > limits->max_body)
+        return 413;
+      req->content_length = cl;
+      req->body = cl > 0 ? WEFT_HTTP_BODY_LENGTH : WEFT_HTTP_BODY_NONE;
+    }
+
+  /* Host: exactly one in HTTP/1.1 (RFC 9112 §3.2), valid; an absolute
+   * target's authority wins over it. */
+  if (n_host > 1)
+    return 400;
+  if (n_host == 1 && !valid_host (host))
+    return 400;
+  if (req->minor_version >= 1 && n_host == 0)
+    return 400;
+  WeftHttpSlice authority;
+  guint st = classify_target (req, &authority);
+  if (st != 0)
+    return st;
+  req->host = authority.ptr != NULL ? authority : host;
+
+  if (req->minor_version >= 1)
+    req->keep_alive = !conn.close;
+  else
+    req->keep_alive = conn.keep_alive && !conn.close;
+  return 0;
+}
+
+gssize
+weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limits,
+                         WeftHttpRequest *req, WeftHttpHeader *headers, gsize max_headers,
+                         guint *status)
+{
+  g_return_val_if_fail (buf != NULL || len == 0, WEFT_HTTP_ERROR);
+  g_return_val_if_fail (limits != NULL && req != NULL && status != NULL, WEFT_HTTP_ERROR);
+  g_return_val_if_fail (headers != NULL || max_headers == 0, WEFT_HTTP_ERROR);
+  ensure_classes ();
+  memset (req, 0, sizeof *req);
+  req->headers = headers;
+  *status = 0;
+  if (max_headers > limits->max_headers)
+    max_headers = limits->max_headers;
+
+  const char *p = buf, *end = buf + len;
+
+  /* RFC 9112 §2.2: ignore empty lines before the request line. */
+  while (p < end && (*p == '\r' || *p == '\n'))
+    {
+      if (*p == '\n' || p + 1 == end)
+        {
+          if (*p == '\n')
+            FAIL (400); /* bare LF */
+          NEED_MORE (FALSE);
+        }
+      if (p[1] != '\n')
+        FAIL (400);
+      p += 2;
+    }
+
+  /* method = token, then exactly one SP */
+  const char *s = p;
+  while (p < end && IS (*p, C_TCHAR))
+    p++;
+  if (p == end)
+    NEED_MORE (FALSE);
+  if (p == s || *p != ' ')
+    FAIL (400);
+  req->method = (WeftHttpSlice) { s, (gsize) (p - s) };
+  p++;
+
+  /* request-target, then exactly one SP */
+  s = p;
+  while (p < end && IS (*p, C_TARGET))
+    p++;
+  if ((gsize) (p - s) > limits->max_target)
+    FAIL (414);
+  if (p == end)
+    NEED_MORE (TRUE);
+  if (p == s || *p != ' ')
+    FAIL (400);
+  req->target = (WeftHttpSlice) { s, (gsize) (p - s) };
+  p++;
+
+  /* HTTP-version = "HTTP/" DIGIT "." DIGIT, case-sensitive */
+  static const char proto[] = "HTTP/";
+  for (guint i = 0; i < 5; i++, p++)
+    {
+      if (p == end)
+        NEED_MORE (FALSE);
+      if (*p != proto[i])
+        FAIL (400);
+    }
+  if (end - p < 3)
+    {
+      for (const char *q = p; q < end; q++)
+        if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
+          FAIL (400);
+      NEED_MORE (FALSE);
+    }
+  if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
+    FAIL (400);
+  if (p[0] != '1')
+    FAIL (505);
+  req->minor_version = (guint) (p[2] - '0');
+  if (req->minor_version > 1)
+    req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
+  p += 3;
+  if (p == end)
+    NEED_MORE (FALSE);
+  if (*p != '\r')
+    FAIL (400);
+  if (p + 1 == end)
+    NEED_MORE (FALSE);
+  if (p[1] != '\n')
+    FAIL (400);
+  p += 2;
+
+  /* field-line = field-name ":" OWS field-value OWS CRLF */
+  for (;;)
+    {
+      if ((gsize) (p - buf) > limits->max_head)
+        FAIL (431);
+      if (p == end)
+        NEED_MORE (FALSE);
+      if (*p == '\r')
+        {
+          if (p + 1 == end)
+            NEED_MORE (FALSE);
+          if (p[1] != '\n')
+            FAIL (400);
+          p += 2;
+          break;
+        }
+      /* A line starting with whitespace is obs-fold (or garbage): refused
+       * (RFC 9112 §5.2 lets a server reject it with 400). */
+      if (*p == ' ' || *p == '\t' || *p == '\n')
+        FAIL (400);
+      s = p;
+      while (p < end && IS (*p, C_TCHAR))
+        p++;
+      if (p == end)
+        NEED_MORE (FALSE);
+      /* No whitespace between name and colon (RFC 9112 §5.1: MUST 400). */
+      if (p == s || *p != ':')
+        FAIL (400);
+      WeftHttpSlice name = { s, (gsize) (p - s) };
+      p++;
+      while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+      s = p;
+      while (p < end && IS (*p, C_VALUE))
+        p++;
+      if (p == end)
+        NEED_MORE (FALSE);
+      /* Anything else here is a control character: NUL, bare CR or LF. */
+      if (*p != '\r')
+        FAIL (400);
+      if (p + 1 == end)
+        NEED_MORE (FALSE);
+      if (p[1] != '\n')
+        FAIL (400);
+      const char *e = p;
+      while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+      if (req->n_headers >= max_headers)
+        FAIL (431);
+      headers[req->n_headers].name = name;
+      headers[req->n_headers].value = (WeftHttpSlice) { s, (gsize) (e - s) };
+      req->n_headers++;
+      p += 2;
+    }
+  if ((gsize) (p - buf) > limits->max_head)
+    FAIL (431);
+
+  guint st = check_semantics (req, limits);
+  if (st != 0)
+    FAIL (st);
+  return (gssize) (p - buf);
+}
+
+const WeftHttpSlice *
+weft_http_request_get_header (const WeftHttpRequest *req, const char *name)
+{
+  g_return_val_if_fail (req != NULL && name != NULL, NULL);
+  for (gsize i = 0; i < req->n_headers; i++)
+    if (slice_ieq (req->headers[i].name, name))
+      return &req->headers[i].value;
+  return NULL;
+}
+
+/* ---- chunked ------------------------------------------------------------- */
+
+enum {
+  CH_SIZE,        /* hex digits of chunk-size */
+  CH_EXT,         /* after the size: BWS, chunk-ext, up to CR */
+  CH_SIZE_LF,     /* LF after the size line's CR */
+  CH_DATA,
+  CH_DATA_CR,
+  CH_DATA_LF,
+  CH_TRAILER,     /* start of a trailer line, or the final CRLF */
+  CH_TRAILER_LINE,
+  CH_TRAILER_LF,
+  CH_END_LF,
+  CH_DONE,
+};
+
+#define MAX_SIZE_LINE 4096    /* chunk-size + extensions */
+#define MAX_TRAILERS (8 * 1024)
+
+void
+weft_http_chunked_init (WeftHttpChunked *dec, guint64 max_body)
+{
+  g_return_if_fail (dec != NULL);
+  memset (dec, 0, sizeof *dec);
+  dec->state = CH_SIZE;
+  dec->max_body = max_body;
+}
+
+static inline int
+hexval (char c)
+{
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+#define CH_FAIL(code)                                                                             \
+  do                                                                                              \
+    {                                                                                             \
+      *status = (code);                                                                           \
+      return WEFT_HTTP_ERROR;                                                                     \
+    }                                                                                             \
+  while (0)
+
+gssize
+weft_http_chunked_decode (WeftHttpChunked *dec, const char *buf, gsize len, const char **data,
+                          gsize *data_len, gboolean *done, guint *status)
+{
+  g_return_val_if_fail (dec != NULL && data != NULL && data_len != NULL, WEFT_HTTP_ERROR);
+  g_return_val_if_fail (done != NULL && status != NULL, WEFT_HTTP_ERROR);
+  g_return_val_if_fail (buf != NULL || len == 0, WEFT_HTTP_ERROR);
+  ensure_classes ();
+  *data = NULL;
+  *data_len = 0;
+  *done = dec->state == CH_DONE;
+  const char *p = buf, *end = buf + len;
+
+  while (p < end && dec->state != CH_DONE)
+    {
+      char c = *p;
+      switch (dec->state)
+        {
+        case CH_SIZE:
+          {
+            int v = hexval (c);
+            if (v >= 0)
+              {
+                /* 16 hex digits overflow a 64-bit size: refuse before. */
+                if (dec->digits == 15)
+                  CH_FAIL (400);
+                dec->remaining = dec->remaining * 16 + (guint64) v;
+                dec->digits++;
+                p++;
+                break;
+              }
+            if (dec->digits == 0)
+              CH_FAIL (400);
+            dec->state = CH_EXT;
+            break; /* look at @c again as part of the extension */
+          }
+        case CH_EXT:
+          /* chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ):
+           * checked for characters and length, its content ignored. The
+           * first non-blank character must be ';'. */
+          if (++dec->line_len > MAX_SIZE_LINE)
+            CH_FAIL (400);
+          if (c == '\r')
+            {
+              dec->state = CH_SIZE_LF;
+              p++;
+              break;
+            }
+          if (!IS (c, C_VALUE))
+            CH_FAIL (400); /* bare LF, NUL, other controls */
+          /* Only whitespace until the first ';'. */
+          if (!dec->in_ext && c != ' ' && c != '\t')
+            {
+              if (c != ';')
+                CH_FAIL (400);
+              dec->in_ext = TRUE;
+            }
+          p++;
+          break;
+        case CH_SIZE_LF:
+          if (c != '\n')
+            CH_FAIL (400);
+          p++;
+          dec->line_len = 0;
+          dec->digits = 0;
+          dec->in_ext = FALSE;
+          if (dec->remaining == 0)
+            dec->state = CH_TRAILER;
+          else
+            {
+              if (dec->remaining > dec->max_body - MIN (dec->total, dec->max_body))
+                CH_FAIL (413);
+              dec->state = CH_DATA;
+            }
+          break;
+        case CH_DATA:
+          {
+            gsize n = (gsize) MIN ((guint64) (end - p), dec->remaining);
+            *data = p;
+            *data_len = n;
+            dec->remaining -= n;
+            dec->total += n;
+            p += n;
+            if (dec->remaining == 0)
+              dec->state = CH_DATA_CR;
+            return (gssize) (p - buf); /* one data slice per call */
+          }
+        case CH_DATA_CR:
+          if (c != '\r')
+            CH_FAIL (400); /* the chunk is longer than its size said */
+          dec->state = CH_DATA_LF;
+          p++;
+          break;
+        case CH_DATA_LF:
+          if (c != '\n')
+            CH_FAIL (400);
+          dec->state = CH_SIZE;
+          p++;
+          break;
+        case CH_TRAILER:
+          if (c == '\r')
+            {
+              dec->state = CH_END_LF;
+              p++;
+              break;
+            }
+          /* A trailer field line: name ":" value; no folding. */
+          if (!IS (c, C_TCHAR))
+            CH_FAIL (400);
+          dec->state = CH_TRAILER_LINE;
+          dec->digits = 0; /* reused: 1 once the colon was seen */
+          break;
+        case CH_TRAILER_LINE:
+          if (++dec->line_len > MAX_TRAILERS)
+            CH_FAIL (431);
+          if (c == '\r')
+            {
+              if (dec->digits == 0)
+                CH_FAIL (400); /* no colon */
+              dec->state = CH_TRAILER_LF;
+            }
+          else if (dec->digits == 0)
+            {
+              if (c == ':')
+                dec->digits = 1;
+              else if (!IS (c, C_TCHAR))
+                CH_FAIL (400);
+            }
+          else if (!IS (c, C_VALUE))
+            CH_FAIL (400);
+          p++;
+          break;
+        case CH_TRAILER_LF:
+          if (c != '\n')
+            CH_FAIL (400);
+          dec->state = CH_TRAILER;
+          p++;
+          break;
+        case CH_END_LF:
+          if (c != '\n')
+            CH_FAIL (400);
+          dec->state = CH_DONE;
+          p++;
+          break;
+        default:
+          g_assert_not_reached ();
+        }
+    }
+  *done = dec->state == CH_DONE;
+  return (gssize) (p - buf);
+}

@@ -1,0 +1,445 @@
+/* test-http-parser.c: the request parser and chunked decoder against named
+ * rows of RFC 9112 cases. Every row is its own test path, and every row is
+ * also parsed byte by byte (each prefix must say "incomplete" or give the
+ * same answer as the whole) and with its last byte at the end of a page
+ * followed by an unmapped page (any read past the input faults).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <glib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "weft-http-parser.h"
+
+#define MAX_HEADERS 32
+
+typedef struct {
+  const char *name;
+  const char *input;
+  guint status;         /* 0: accepted */
+  const char *method;   /* accepted rows: expectations (NULL: not checked) */
+  const char *path;
+  const char *query;
+  const char *host;
+  gint body;            /* -1: not checked; else WeftHttpBodyKind */
+  guint64 length;
+  gint keep_alive;      /* -1: not checked */
+} Row;
+
+#define OK(n, in, m, pa, q, h, b, l, ka) { n, in, 0, m, pa, q, h, b, l, ka }
+#define BAD(n, in, st) { n, in, st, NULL, NULL, NULL, NULL, -1, 0, -1 }
+
+static const Row rows[] = {
+  /* accepted */
+  OK ("simple-get", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", "", "a", WEFT_HTTP_BODY_NONE, 0, 1),
+  OK ("query", "GET /p/q?x=1&y=%20 HTTP/1.1\r\nHost: a:8080\r\n\r\n", "GET", "/p/q", "x=1&y=%20", "a:8080", -1, 0, 1),
+  OK ("http10-no-host", "GET / HTTP/1.0\r\n\r\n", "GET", "/", "", "", WEFT_HTTP_BODY_NONE, 0, 0),
+  OK ("http10-keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", "GET", "/", NULL, NULL, -1, 0, 1),
+  OK ("connection-close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 0),
+  OK ("content-length", "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", "POST", "/echo", NULL, NULL, WEFT_HTTP_BODY_LENGTH, 5, 1),
+  OK ("content-length-zero", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", NULL, NULL, NULL, NULL, WEFT_HTTP_BODY_NONE, 0, 1),
+  OK ("chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", NULL, NULL, NULL, NULL, WEFT_HTTP_BODY_CHUNKED, 0, 1),
+  OK ("chunked-case", "POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: ChUnKeD\r\n\r\n", NULL, NULL, NULL, NULL, WEFT_HTTP_BODY_CHUNKED, 0, 1),
+  OK ("leading-crlf", "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", NULL, NULL, NULL, -1, 0, -1),
+  OK ("ows-around-value", "GET / HTTP/1.1\r\nHost: \t a \t\r\nX:\r\n\r\n", NULL, NULL, NULL, "a", -1, 0, -1),
+  OK ("obs-text-value", "GET / HTTP/1.1\r\nHost: a\r\nX-T: caf\xc3\xa9\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, -1),
+  OK ("http-1-2-as-1-1", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 1),
+  OK ("absolute-form", "GET http://example.com:81/x?y HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/x", "y", "example.com:81", -1, 0, -1),
+  OK ("absolute-form-empty-path", "GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n", NULL, "/", "", "example.com", -1, 0, -1),
+  OK ("asterisk-options", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", NULL, NULL, -1, 0, -1),
+  OK ("connect-authority", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT", "", NULL, "example.com:443", -1, 0, -1),
+  OK ("ipv6-host", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", NULL, NULL, NULL, "[::1]:8080", -1, 0, -1),
+  OK ("expect-continue", "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n", "PUT", NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 3, -1),
+  OK ("extension-method", "PURGE /x HTTP/1.1\r\nHost: a\r\n\r\n", "PURGE", "/x", NULL, NULL, -1, 0, -1),
+
+  /* request line */
+  BAD ("bare-lf-request-line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
+  BAD ("bare-lf-header", "GET / HTTP/1.1\r\nHost: a\n\r\n", 400),
+  BAD ("bare-cr", "GET / HTTP/1.1\rHost: a\r\n\r\n", 400),
+  BAD ("leading-bare-lf", "\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("two-spaces", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("tab-separator", "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("no-version", "GET /\r\nHost: a\r\n\r\n", 400),
+  BAD ("lowercase-version", "GET / http/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("version-2", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+  BAD ("version-0-9", "GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505),
+  BAD ("version-garbage", "GET / HTTP/1.x\r\nHost: a\r\n\r\n", 400),
+  BAD ("version-trailing", "GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 400),
+  BAD ("method-not-token", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("empty-method", " / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("target-space", "GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("target-nul", "GET /a\0b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("target-fragment", "GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("target-non-ascii", "GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("target-relative", "GET a/b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("asterisk-not-options", "GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("connect-origin-form", "CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("connect-no-port", "CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("absolute-userinfo", "GET http://u@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+  BAD ("absolute-bad-scheme", "GET ftp://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+
+  /* header syntax */
+  BAD ("space-before-colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400),
+  BAD ("obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX: b\r\n c\r\n\r\n", 400),
+  BAD ("leading-space-header", "GET / HTTP/1.1\r\n Host: a\r\n\r\n", 400),
+  BAD ("no-colon", "GET / HTTP/1.1\r\nHost a\r\n\r\n", 400),
+  BAD ("empty-name", "GET / HTTP/1.1\r\n: a\r\nHost: a\r\n\r\n", 400),
+  BAD ("nul-in-value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n", 400),
+  BAD ("ctl-in-value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x01" "b\r\n\r\n", 400),
+  BAD ("del-in-value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x7f" "b\r\n\r\n", 400),
+  BAD ("bad-name-char", "GET / HTTP/1.1\r\nHost: a\r\nX\"Y: b\r\n\r\n", 400),
+
+  /* Host */
+  BAD ("no-host-1-1", "GET / HTTP/1.1\r\n\r\n", 400),
+  BAD ("two-hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+  BAD ("empty-host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", 400),
+  BAD ("host-with-space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+  BAD ("host-with-slash", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+
+  /* framing (smuggling) */
+  BAD ("cl-and-te", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+  BAD ("te-and-cl", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400),
+  BAD ("duplicate-cl-same", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400),
+  BAD ("duplicate-cl-differ", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+  BAD ("cl-list", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400),
+  BAD ("cl-sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
+  BAD ("cl-negative", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+  BAD ("cl-hex", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", 400),
+  BAD ("cl-empty", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", 400),
+  BAD ("cl-overflow", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413),
+  BAD ("cl-over-limit", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 8388609\r\n\r\n", 413),
+  BAD ("te-not-final-chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400),
+  BAD ("te-gzip-only", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+  BAD ("te-chunked-twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+  BAD ("te-unknown-then-chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+  BAD ("te-http10", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+  BAD ("te-chunked-param", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", 400),
+  BAD ("te-empty", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", 400),
+  BAD ("te-xchunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n", 400),
+};
+
+static gboolean
+slice_is (WeftHttpSlice s, const char *want)
+{
+  return s.len == strlen (want) && (s.len == 0 || memcmp (s.ptr, want, s.len) == 0);
+}
+
+static gssize
+parse (const char *buf, gsize len, WeftHttpRequest *req, WeftHttpHeader *headers, guint *status)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  return weft_http_parse_request (buf, len, &limits, req, headers, MAX_HEADERS, status);
+}
+
+static gsize
+input_len (const Row *row)
+{
+  /* Inputs may hold NUL: the length is that of the literal. Rows with a
+   * NUL say so by a second NUL-free part; find the end from the table. */
+  return strlen (row->input);
+}
+
+/* Copies @len bytes so that the last one ends a page whose next page is
+ * unmapped. */
+static char *
+guarded_copy (const char *data, gsize len, gpointer *map_out, gsize *map_len)
+{
+  gsize page = (gsize) sysconf (_SC_PAGESIZE);
+  gsize pages = (len + page - 1) / page + 1;
+  char *map = mmap (NULL, (pages + 1) * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+  g_assert_true (map != MAP_FAILED);
+  g_assert_cmpint (mprotect (map + pages * page, page, PROT_NONE), ==, 0);
+  char *p = map + pages * page - len;
+  memcpy (p, data, len);
+  *map_out = map;
+  *map_len = (pages + 1) * page;
+  return p;
+}
+
+static void
+check_row (gconstpointer data)
+{
+  const Row *row = data;
+  gsize len = input_len (row);
+  /* Rows with an embedded NUL: the literal is longer than strlen. */
+  if (strstr (row->name, "nul") != NULL)
+    len = strlen (row->input) + 1 + strlen (row->input + strlen (row->input) + 1);
+
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpRequest req;
+  guint status = 0;
+  gpointer map;
+  gsize map_len;
+  char *buf = guarded_copy (row->input, len, &map, &map_len);
+
+  gssize r = parse (buf, len, &req, headers, &status);
+  if (row->status == 0)
+    {
+      if (r < 0)
+        g_error ("row %s: refused with %u", row->name, status);
+      /* The head ends after the blank line: a body follows only in
+       * content-length. */
+      const char *blank = g_strstr_len (buf, (gssize) len, "\r\n\r\n");
+      gsize head_len = 0;
+      /* The first blank line after the request line (leading CRLFs are
+       * skipped by the parser). */
+      const char *start = buf;
+      while (start < buf + len && (*start == '\r' || *start == '\n'))
+        start++;
+      blank = g_strstr_len (start, (gssize) (buf + len - start), "\r\n\r\n");
+      g_assert_nonnull (blank);
+      head_len = (gsize) (blank + 4 - buf);
+      g_assert_cmpint (r, ==, (gssize) head_len);
+      if (row->method != NULL)
+        g_assert_true (slice_is (req.method, row->method));
+      if (row->path != NULL)
+        g_assert_true (slice_is (req.path, row->path));
+      if (row->query != NULL)
+        g_assert_true (slice_is (req.query, row->query));
+      if (row->host != NULL)
+        g_assert_true (slice_is (req.host, row->host));
+      if (row->body >= 0)
+        g_assert_cmpint (req.body, ==, row->body);
+      if (row->body == WEFT_HTTP_BODY_LENGTH)
+        g_assert_cmpuint (req.content_length, ==, row->length);
+      if (row->keep_alive >= 0)
+        g_assert_cmpint (req.keep_alive, ==, row->keep_alive);
+    }
+  else
+    {
+      g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+      g_assert_cmpuint (status, ==, row->status);
+      g_assert_true (req.close_after);
+    }
+
+  /* Every prefix: incomplete, or the same answer as the whole input (an
+   * error may show early). The prefix is re-placed at a page end. */
+  for (gsize n = 0; n < len; n++)
+    {
+      gpointer m2;
+      gsize m2_len;
+      char *b2 = guarded_copy (row->input, n, &m2, &m2_len);
+      guint st2 = 0;
+      gssize r2 = parse (b2, n, &req, headers, &st2);
+      if (row->status == 0)
+        {
+          /* A shorter prefix can be a complete head only if the whole
+           * input has a body after the head. */
+          if (r2 >= 0)
+            g_assert_cmpint (r2, ==, r);
+          else
+            g_assert_cmpint (r2, ==, WEFT_HTTP_INCOMPLETE);
+        }
+      else if (r2 == WEFT_HTTP_ERROR)
+        g_assert_cmpuint (st2, ==, row->status);
+      else
+        g_assert_cmpint (r2, ==, WEFT_HTTP_INCOMPLETE);
+      munmap (m2, m2_len);
+    }
+  munmap (map, map_len);
+}
+
+/* ---- limits ------------------------------------------------------------- */
+
+static void
+test_target_too_long (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  GString *s = g_string_new ("GET /");
+  while (s->len <= limits.max_target + 10)
+    g_string_append_c (s, 'a');
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpRequest req;
+  guint status = 0;
+  /* Even before the line ends: the target alone is over the limit. */
+  gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, MAX_HEADERS,
+                                      &status);
+  g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+  g_assert_cmpuint (status, ==, 414);
+  g_string_free (s, TRUE);
+}
+
+static void
+test_head_too_long (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  GString *s = g_string_new ("GET / HTTP/1.1\r\nHost: a\r\n");
+  while (s->len <= limits.max_head)
+    g_string_append (s, "X-Filler: 0123456789012345678901234567890123456789\r\n");
+  static WeftHttpHeader headers[1000]; /* room: the size limit must be what hits */
+  WeftHttpRequest req;
+  guint status = 0;
+  limits.max_headers = 1000;
+  /* Without the final blank line: incomplete would wait forever. */
+  gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, 1000, &status);
+  g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+  g_assert_cmpuint (status, ==, 431);
+  g_string_free (s, TRUE);
+}
+
+static void
+test_too_many_headers (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  GString *s = g_string_new ("GET / HTTP/1.1\r\nHost: a\r\n");
+  for (int i = 0; i < MAX_HEADERS; i++)
+    g_string_append_printf (s, "X-%d: y\r\n", i);
+  g_string_append (s, "\r\n");
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpRequest req;
+  guint status = 0;
+  gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, MAX_HEADERS,
+                                      &status);
+  g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+  g_assert_cmpuint (status, ==, 431);
+  g_string_free (s, TRUE);
+}
+
+static void
+test_get_header (void)
+{
+  const char *in = "GET / HTTP/1.1\r\nHost: a\r\nX-Thing:  v  \r\n\r\n";
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpRequest req;
+  guint status = 0;
+  g_assert_cmpint (parse (in, strlen (in), &req, headers, &status), >, 0);
+  const WeftHttpSlice *v = weft_http_request_get_header (&req, "x-THING");
+  g_assert_nonnull (v);
+  g_assert_true (slice_is (*v, "v"));
+  g_assert_null (weft_http_request_get_header (&req, "x-thin"));
+}
+
+/* ---- chunked ------------------------------------------------------------ */
+
+typedef struct {
+  const char *name;
+  const char *input;
+  guint status;        /* 0: decodes */
+  const char *body;    /* decoded body */
+  gsize rest;          /* bytes after the end (the next request) */
+} ChunkRow;
+
+static const ChunkRow chunk_rows[] = {
+  { "simple", "5\r\nhello\r\n0\r\n\r\n", 0, "hello", 0 },
+  { "two-chunks", "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", 0, "abcde", 0 },
+  { "hex-upper-lower", "A\r\n0123456789\r\na\r\n0123456789\r\n0\r\n\r\n", 0, "01234567890123456789", 0 },
+  { "extension", "5;name=value;q=\"x y\"\r\nhello\r\n0;last\r\n\r\n", 0, "hello", 0 },
+  { "bws-extension", "5 ;a=b\r\nhello\r\n0\r\n\r\n", 0, "hello", 0 },
+  { "trailers", "5\r\nhello\r\n0\r\nX-Sum: 1\r\nY: \r\n\r\n", 0, "hello", 0 },
+  { "next-request-after", "1\r\nx\r\n0\r\n\r\nGET", 0, "x", 3 },
+  { "empty", "0\r\n\r\n", 0, "", 0 },
+  { "no-size", "\r\nhello\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "bad-hex", "5g\r\nhello\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "negative", "-5\r\nhello\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "overflow", "10000000000000000\r\n", 400, NULL, 0 },
+  { "too-long-data", "3\r\nabcd\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "missing-crlf", "3\r\nabc0\r\n\r\n", 400, NULL, 0 },
+  { "bare-lf-size", "3\nabc\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "bare-lf-data", "3\r\nabc\n0\r\n\r\n", 400, NULL, 0 },
+  { "ext-no-semicolon", "3 x\r\nabc\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "ext-ctl", "3;a\x01\r\nabc\r\n0\r\n\r\n", 400, NULL, 0 },
+  { "trailer-fold", "0\r\nX: a\r\n b\r\n\r\n", 400, NULL, 0 },
+  { "trailer-no-colon", "0\r\nXY\r\n\r\n", 400, NULL, 0 },
+  { "over-body-limit", "400\r\n", 413, NULL, 0 },
+};
+
+/* Decodes @in (@len bytes) feeding it in pieces of @step bytes (0: all at
+ * once), from a buffer that keeps unconsumed bytes, as a server would. */
+static guint
+decode_all (const char *in, gsize len, gsize step, GString *out, gsize *rest, guint64 max_body)
+{
+  WeftHttpChunked dec;
+  weft_http_chunked_init (&dec, max_body);
+  GString *pending = g_string_new (NULL);
+  gsize fed = 0;
+  gboolean done = FALSE;
+  guint status = 0;
+  while (!done)
+    {
+      gsize n = step == 0 ? len - fed : MIN (step, len - fed);
+      if (n == 0 && pending->len == 0)
+        break;
+      g_string_append_len (pending, in + fed, (gssize) n);
+      fed += n;
+      for (;;)
+        {
+          gpointer map;
+          gsize map_len;
+          char *buf = guarded_copy (pending->str, pending->len, &map, &map_len);
+          const char *data;
+          gsize data_len;
+          gssize used = weft_http_chunked_decode (&dec, buf, pending->len, &data, &data_len,
+                                                  &done, &status);
+          if (used == WEFT_HTTP_ERROR)
+            {
+              munmap (map, map_len);
+              g_string_free (pending, TRUE);
+              return status;
+            }
+          g_string_append_len (out, data, (gssize) data_len);
+          munmap (map, map_len);
+          g_string_erase (pending, 0, used);
+          if (used == 0 || done)
+            break;
+        }
+      if (fed == len && !done)
+        break;
+    }
+  *rest = pending->len + (len - fed); /* unconsumed plus never fed */
+  g_string_free (pending, TRUE);
+  return done ? 0 : 1; /* 1: ran out of input */
+}
+
+static void
+check_chunk_row (gconstpointer data)
+{
+  const ChunkRow *row = data;
+  gsize len = strlen (row->input);
+  gsize steps[] = { 0, 1, 2, 3, 7 };
+  for (guint i = 0; i < G_N_ELEMENTS (steps); i++)
+    {
+      GString *out = g_string_new (NULL);
+      gsize rest = 0;
+      guint st = decode_all (row->input, len, steps[i], out, &rest, 1000);
+      if (row->status == 0)
+        {
+          g_assert_cmpuint (st, ==, 0);
+          g_assert_cmpstr (out->str, ==, row->body);
+          g_assert_cmpuint (rest, ==, row->rest);
+        }
+      else
+        g_assert_cmpuint (st, ==, row->status);
+      g_string_free (out, TRUE);
+    }
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+    {
+      gchar *path = g_strdup_printf ("/http-parser/%s/%s", rows[i].status == 0 ? "accept" : "reject",
+                                     rows[i].name);
+      g_test_add_data_func (path, &rows[i], check_row);
+      g_free (path);
+    }
+  g_test_add_func ("/http-parser/limit/target-414", test_target_too_long);
+  g_test_add_func ("/http-parser/limit/head-431", test_head_too_long);
+  g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
+  g_test_add_func ("/http-parser/get-header", test_get_header);
+  for (guint i = 0; i < G_N_ELEMENTS (chunk_rows); i++)
+    {
+      gchar *path = g_strdup_printf ("/http-parser/chunked/%s", chunk_rows[i].name);
+      g_test_add_data_func (path, &chunk_rows[i], check_chunk_row);
+      g_free (path);
+    }
+  return g_test_run ();
+}
