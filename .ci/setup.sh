@@ -15,6 +15,8 @@ packages=(
   openssl           # tests: s_client; bench/echo-compare: a certificate
   curl              # tests: a real client
   python3           # examples/demo-smoke.py
+  clang             # tests/fuzz/run: libFuzzer targets
+  libclang-rt-14-dev
   libuv1-dev        # bench/ comparisons (bench=true by default)
   libevent-dev
 )

@@ -405,7 +405,9 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   if (max_headers > limits->max_headers)
     max_headers = limits->max_headers;
 
-  const char *p = buf, *end = buf + len;
+  /* Never look past the head limit: an error beyond it would otherwise be
+   * a 400 or a 431 depending on how the bytes arrived. */
+  const char *p = buf, *end = buf + MIN (len, limits->max_head);
 
   /* RFC 9112 §2.2: ignore empty lines before the request line. */
   while (p < end && (*p == '\r' || *p == '\n'))

@@ -283,6 +283,36 @@ test_head_too_long (void)
   g_string_free (s, TRUE);
 }
 
+/* An error past the head limit is 431 however the bytes arrive: the parser
+ * does not look beyond the limit (found by the fuzz target). */
+static void
+test_error_past_limit (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  limits.max_head = 256;
+  GString *s = g_string_new ("GET / HTTP/1.1\r\nHost: a\r\n");
+  while (s->len < 230)
+    g_string_append (s, "X-Filler: 0123456789\r\n");
+  /* A line that starts inside the limit and has a control character
+   * past it: a 400 if it were looked at. */
+  g_string_append (s, "X-Long: ");
+  while (s->len < 280)
+    g_string_append_c (s, 'a');
+  g_string_append (s, "\x01\r\n\r\n");
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpRequest req;
+  for (gsize n = limits.max_head; n <= s->len; n++)
+    {
+      guint status = 0;
+      gssize r = weft_http_parse_request (s->str, n, &limits, &req, headers, MAX_HEADERS,
+                                          &status);
+      g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+      g_assert_cmpuint (status, ==, 431);
+    }
+  g_string_free (s, TRUE);
+}
+
 static void
 test_too_many_headers (void)
 {
@@ -434,6 +464,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-parser/limit/target-414", test_target_too_long);
   g_test_add_func ("/http-parser/limit/head-431", test_head_too_long);
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
+  g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
   for (guint i = 0; i < G_N_ELEMENTS (chunk_rows); i++)
     {
