@@ -19,6 +19,8 @@ packages=(
   libclang-rt-14-dev
   libuv1-dev        # bench/ comparisons (bench=true by default)
   libevent-dev
+  libhttp-parser-dev  # bench-parser: nodejs' http-parser
+  libh2o0.13        # bench-parser: picohttpparser (phr_parse_request, dlopen'ed)
 )
 
 missing=()
