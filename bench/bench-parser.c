@@ -107,7 +107,7 @@ run_weft (void)
   gsize acc = 0;
   for (gsize i = 0; i < N_REQ; i++)
     {
-      WeftHttpRequest req;
+      WeftHttpHead req;
       guint status;
       gssize r = weft_http_parse_request (requests[i], lens[i], &limits, &req, headers,
                                           MAX_HEADERS, &status);

@@ -12,4 +12,5 @@
 #include "weft-connection.h"
 #include "weft-tls.h"
 #include "weft-listener.h"
+#include "weft-http-server.h"
 #undef WEFT_INSIDE

@@ -278,7 +278,7 @@ valid_host (WeftHttpSlice h)
 
 /* Splits an origin-form (or absolute-form path part) target at '?'. */
 static void
-split_path (WeftHttpRequest *req, const char *p, const char *end)
+split_path (WeftHttpHead *req, const char *p, const char *end)
 {
   const char *q = memchr (p, '?', (gsize) (end - p));
   if (q == NULL)
@@ -294,7 +294,7 @@ split_path (WeftHttpRequest *req, const char *p, const char *end)
 }
 
 static guint
-classify_target (WeftHttpRequest *req, WeftHttpSlice *authority)
+classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
 {
   const char *t = req->target.ptr, *end = t + req->target.len;
   /* Methods are case-sensitive (RFC 9110 §9.1). */
@@ -372,7 +372,7 @@ classify_target (WeftHttpRequest *req, WeftHttpSlice *authority)
 /* The header section is syntactically fine: apply the framing and Host
  * rules. Returns 0 or a status. */
 static guint
-check_semantics (WeftHttpRequest *req, const WeftHttpLimits *limits)
+check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits)
 {
   guint n_host = 0, n_cl = 0, n_te = 0;
   WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
@@ -486,7 +486,7 @@ check_semantics (WeftHttpRequest *req, const WeftHttpLimits *limits)
 
 gssize
 weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limits,
-                         WeftHttpRequest *req, WeftHttpHeader *headers, gsize max_headers,
+                         WeftHttpHead *req, WeftHttpHeader *headers, gsize max_headers,
                          guint *status)
 {
   g_return_val_if_fail (buf != NULL || len == 0, WEFT_HTTP_ERROR);
@@ -495,7 +495,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   ensure_classes ();
   /* A copy of a zero struct, not memset: GCC turns this memset into
    * "rep stos", whose start-up cost was 8% of a parse. */
-  static const WeftHttpRequest zero;
+  static const WeftHttpHead zero;
   *req = zero;
   req->headers = headers;
   *status = 0;
@@ -639,7 +639,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
 }
 
 const WeftHttpSlice *
-weft_http_request_get_header (const WeftHttpRequest *req, const char *name)
+weft_http_head_get_header (const WeftHttpHead *req, const char *name)
 {
   g_return_val_if_fail (req != NULL && name != NULL, NULL);
   gsize n = strlen (name);

@@ -71,7 +71,7 @@ typedef struct {
   gboolean keep_alive;       /* by version and Connection */
   gboolean expect_continue;  /* Expect: 100-continue */
   gboolean close_after;      /* set with an error: framing is unsafe, close */
-} WeftHttpRequest;
+} WeftHttpHead;
 
 /* Results of weft_http_parse_request() besides a head length. */
 #define WEFT_HTTP_INCOMPLETE (-1) /* need more bytes */
@@ -82,11 +82,11 @@ typedef struct {
  * with *@status (400, 413, 414, 431, 501, 505) and req->close_after.
  * @headers: room for @max_headers entries; more header lines give 431. */
 gssize weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limits,
-                                WeftHttpRequest *req, WeftHttpHeader *headers,
+                                WeftHttpHead *req, WeftHttpHeader *headers,
                                 gsize max_headers, guint *status);
 
 /* Finds a header by name, case-insensitively; NULL if absent. */
-const WeftHttpSlice *weft_http_request_get_header (const WeftHttpRequest *req,
+const WeftHttpSlice *weft_http_head_get_header (const WeftHttpHead *req,
                                                    const char *name);
 
 /* ---- chunked transfer coding (RFC 9112 §7.1) ----------------------------- */

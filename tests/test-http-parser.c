@@ -127,7 +127,7 @@ slice_is (WeftHttpSlice s, const char *want)
 }
 
 static gssize
-parse (const char *buf, gsize len, WeftHttpRequest *req, WeftHttpHeader *headers, guint *status)
+parse (const char *buf, gsize len, WeftHttpHead *req, WeftHttpHeader *headers, guint *status)
 {
   WeftHttpLimits limits;
   weft_http_limits_init (&limits);
@@ -170,7 +170,7 @@ check_row (gconstpointer data)
     len = strlen (row->input) + 1 + strlen (row->input + strlen (row->input) + 1);
 
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0;
   gpointer map;
   gsize map_len;
@@ -254,7 +254,7 @@ test_target_too_long (void)
   while (s->len <= limits.max_target + 10)
     g_string_append_c (s, 'a');
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0;
   /* Even before the line ends: the target alone is over the limit. */
   gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, MAX_HEADERS,
@@ -273,7 +273,7 @@ test_head_too_long (void)
   while (s->len <= limits.max_head)
     g_string_append (s, "X-Filler: 0123456789012345678901234567890123456789\r\n");
   static WeftHttpHeader headers[1000]; /* room: the size limit must be what hits */
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0;
   limits.max_headers = 1000;
   /* Without the final blank line: incomplete would wait forever. */
@@ -301,7 +301,7 @@ test_error_past_limit (void)
     g_string_append_c (s, 'a');
   g_string_append (s, "\x01\r\n\r\n");
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   for (gsize n = limits.max_head; n <= s->len; n++)
     {
       guint status = 0;
@@ -323,7 +323,7 @@ test_too_many_headers (void)
     g_string_append_printf (s, "X-%d: y\r\n", i);
   g_string_append (s, "\r\n");
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0;
   gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, MAX_HEADERS,
                                       &status);
@@ -337,13 +337,13 @@ test_get_header (void)
 {
   const char *in = "GET / HTTP/1.1\r\nHost: a\r\nX-Thing:  v  \r\n\r\n";
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0;
   g_assert_cmpint (parse (in, strlen (in), &req, headers, &status), >, 0);
-  const WeftHttpSlice *v = weft_http_request_get_header (&req, "x-THING");
+  const WeftHttpSlice *v = weft_http_head_get_header (&req, "x-THING");
   g_assert_nonnull (v);
   g_assert_true (slice_is (*v, "v"));
-  g_assert_null (weft_http_request_get_header (&req, "x-thin"));
+  g_assert_null (weft_http_head_get_header (&req, "x-thin"));
 }
 
 /* ---- chunked ------------------------------------------------------------ */

@@ -36,7 +36,7 @@ fuzz_parser (const char *buf, size_t len, size_t split)
   limits.max_head = 4096; /* small, so limits are reached too */
   limits.max_target = 1024;
   WeftHttpHeader headers[MAX_HEADERS];
-  WeftHttpRequest req;
+  WeftHttpHead req;
   guint status = 0, st2 = 0;
   gssize r = weft_http_parse_request (buf, len, &limits, &req, headers, MAX_HEADERS, &status);
   if (r >= 0)

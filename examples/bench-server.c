@@ -1,0 +1,93 @@
+/* bench-server.c: the benchmark contract of ../shared/bench/peers.
+ *
+ *   GET / (and HEAD /)     200 "Hello, World!" as text/plain (13 bytes)
+ *   POST /echo, PUT /echo  200 with exactly the request body
+ *   anything else          404
+ *
+ * Usage: bench-server [--port N] [--workers N] [--host ADDR]
+ * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker.
+ * Stops on SIGINT or SIGTERM.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include <weft.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+
+static void
+hello (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  static const char body[] = "Hello, World!";
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) body,
+                             sizeof body - 1);
+}
+
+static void
+echo (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_respond_bytes (request, 200, "application/octet-stream",
+                                   weft_http_request_get_body (request));
+}
+
+int
+main (int argc, char **argv)
+{
+  gint port = 8080, workers = 1;
+  gchar *host = NULL;
+  GOptionEntry entries[] = {
+    { "port", 'p', 0, G_OPTION_ARG_INT, &port, "Port (0: any free one)", "N" },
+    { "workers", 'w', 0, G_OPTION_ARG_INT, &workers, "Worker threads (0: one per CPU)", "N" },
+    { "host", 'H', 0, G_OPTION_ARG_STRING, &host, "Address to bind (127.0.0.1)", "ADDR" },
+    { NULL }
+  };
+  GError *error = NULL;
+  GOptionContext *octx = g_option_context_new ("- the HTTP benchmark server");
+  g_option_context_add_main_entries (octx, entries, NULL);
+  if (!g_option_context_parse (octx, &argc, &argv, &error) || port < 0 || port > 65535 ||
+      workers < 0)
+    {
+      g_printerr ("bench-server: %s\n", error != NULL ? error->message : "bad arguments");
+      return 2;
+    }
+  g_option_context_free (octx);
+
+  /* Block the stop signals before any thread starts, then wait for them. */
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, SIGINT);
+  sigaddset (&set, SIGTERM);
+  pthread_sigmask (SIG_BLOCK, &set, NULL);
+  signal (SIGPIPE, SIG_IGN);
+
+  WeftEngine *engine = weft_engine_new ((guint) workers, &error);
+  if (engine == NULL)
+    {
+      g_printerr ("bench-server: %s\n", error->message);
+      return 1;
+    }
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_add_handler (server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_add_handler (server, "POST", "/echo", echo, NULL, NULL);
+  weft_http_server_add_handler (server, "PUT", "/echo", echo, NULL, NULL);
+  WeftListener *listener = weft_http_server_get_listener (server);
+  weft_listener_set_backlog (listener, 4096);
+  if (!weft_listener_add_tcp (listener, host != NULL ? host : "127.0.0.1", (guint16) port,
+                              &error) ||
+      !weft_http_server_start (server, &error))
+    {
+      g_printerr ("bench-server: %s\n", error->message);
+      return 1;
+    }
+  printf ("bench-server: http://%s:%u/\n", host != NULL ? host : "127.0.0.1",
+          weft_listener_get_port (listener, 0));
+  fflush (stdout);
+
+  int sig = 0;
+  sigwait (&set, &sig);
+  weft_http_server_unref (server);
+  weft_engine_unref (engine);
+  g_free (host);
+  return 0;
+}
