@@ -324,9 +324,12 @@ respond_self (WeftHttpRequest *req, guint status, gboolean close)
     req->keep_alive = FALSE;
   char text[64];
   int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
+  /* Answering writes it out and may drop the queue's reference. */
+  weft_http_request_ref (req);
   atomic_store (&req->handler_thread, g_thread_self ());
   respond_common (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
   atomic_store (&req->handler_thread, NULL);
+  weft_http_request_unref (req);
 }
 
 /* Writes the answers that are ready, oldest first, stopping at the first

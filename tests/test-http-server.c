@@ -1,0 +1,337 @@
+/* test-http-server.c: WeftHttpServer with real clients (curl, Python's
+ * http.client) and raw sockets for what clients do not do on purpose
+ * (pipelining, bad requests, slow requests).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-net-util.h"
+
+typedef struct {
+  WeftEngine *engine;
+  WeftHttpServer *server;
+  guint16 port;
+} Srv;
+
+static void
+hello (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  static const char body[] = "Hello, World!";
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) body,
+                             sizeof body - 1);
+}
+
+static void
+echo (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_add_response_header (request, "X-Method",
+                                         weft_http_request_get_method (request));
+  weft_http_request_respond_bytes (request, 200, "application/octet-stream",
+                                   weft_http_request_get_body (request));
+}
+
+static gpointer
+answer_later_thread (gpointer data)
+{
+  WeftHttpRequest *request = data;
+  g_usleep (100000);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "slow", 4);
+  weft_http_request_unref (request);
+  return NULL;
+}
+
+/* Answers from another thread, 100 ms later. */
+static void
+slow (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_thread_unref (g_thread_new ("answer-later", answer_later_thread,
+                                weft_http_request_ref (request)));
+}
+
+static void
+srv_start (Srv *s, guint64 max_body, guint request_timeout_ms)
+{
+  GError *error = NULL;
+  s->engine = wt_engine_new (2);
+  s->server = weft_http_server_new (s->engine);
+  weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_add_handler (s->server, "POST", "/echo", echo, NULL, NULL);
+  weft_http_server_add_handler (s->server, "PUT", "/echo", echo, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/slow", slow, NULL, NULL);
+  if (max_body != 0)
+    weft_http_server_set_max_body (s->server, max_body);
+  if (request_timeout_ms != 0)
+    weft_http_server_set_timeouts (s->server, request_timeout_ms, 30000);
+  WeftListener *l = weft_http_server_get_listener (s->server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  s->port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s->server, &error));
+  g_assert_no_error (error);
+}
+
+static void
+srv_stop (Srv *s)
+{
+  weft_http_server_unref (s->server);
+  weft_engine_unref (s->engine);
+}
+
+/* Sends @req on a fresh connection and reads until the server closes. */
+static gchar *
+exchange_to_close (guint16 port, const char *req)
+{
+  int fd = wt_connect_tcp (port);
+  wt_send_str (fd, req);
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  close (fd);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  return (gchar *) g_byte_array_free (got, FALSE);
+}
+
+static gboolean
+run (const char *const *argv, gchar **out)
+{
+  gchar *o = NULL, *e = NULL;
+  gint status = 0;
+  GError *error = NULL;
+  g_spawn_sync (NULL, (gchar **) argv, NULL, G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL, &o, &e,
+                &status, &error);
+  g_assert_no_error (error);
+  *out = g_strconcat (o, "\n--- stderr ---\n", e, NULL);
+  g_free (o);
+  g_free (e);
+  return g_spawn_check_wait_status (status, NULL);
+}
+
+/* ---- real clients ------------------------------------------------------ */
+
+/* curl: GET, HEAD (length without body), POST echo, 404. */
+static void
+test_curl (void)
+{
+  const char *curl = g_getenv ("WEFT_TEST_CURL");
+  if (curl == NULL)
+    {
+      g_test_skip ("curl not found");
+      return;
+    }
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *url = g_strdup_printf ("http://127.0.0.1:%u/", s.port);
+  gchar *echo_url = g_strdup_printf ("http://127.0.0.1:%u/echo", s.port);
+  gchar *nope = g_strdup_printf ("http://127.0.0.1:%u/nope", s.port);
+  gchar *out;
+  const char *get[] = { curl, "-sS", "-w", "|%{http_code}", url, NULL };
+  if (!run (get, &out) || !g_str_has_prefix (out, "Hello, World!|200"))
+    g_error ("curl GET:\n%s", out);
+  g_free (out);
+  const char *head[] = { curl, "-sS", "-I", url, NULL };
+  if (!run (head, &out) || strstr (out, "Content-Length: 13\r\n") == NULL ||
+      strstr (out, "Hello") != NULL || strstr (out, "Date: ") == NULL)
+    g_error ("curl HEAD:\n%s", out);
+  g_free (out);
+  const char *post[] = { curl, "-sS", "--data-binary", "weft body", "-w", "|%{http_code}",
+                         echo_url, NULL };
+  if (!run (post, &out) || !g_str_has_prefix (out, "weft body|200"))
+    g_error ("curl POST:\n%s", out);
+  g_free (out);
+  const char *missing[] = { curl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", nope, NULL };
+  if (!run (missing, &out) || !g_str_has_prefix (out, "404"))
+    g_error ("curl 404:\n%s", out);
+  g_free (out);
+  g_free (url);
+  g_free (echo_url);
+  g_free (nope);
+  srv_stop (&s);
+}
+
+/* Python's http.client: several requests on one keep-alive connection,
+ * a chunked upload, a 1 MiB body. */
+static void
+test_python_keepalive (void)
+{
+  const char *python = g_getenv ("WEFT_TEST_PYTHON");
+  if (python == NULL)
+    {
+      g_test_skip ("python3 not found");
+      return;
+    }
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *port = g_strdup_printf ("%u", s.port);
+  const char *script =
+      "import http.client, sys\n"
+      "c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=10)\n"
+      "c.request('GET', '/')\n"
+      "r = c.getresponse(); assert r.status == 200 and r.read() == b'Hello, World!'\n"
+      "sock = c.sock\n"
+      "c.request('PUT', '/echo', body=b'x' * 100)\n"
+      "r = c.getresponse(); assert r.read() == b'x' * 100 and r.getheader('X-Method') == 'PUT'\n"
+      "c.request('POST', '/echo', body=iter([b'ab', b'cde', b'f' * 5000]), encode_chunked=True)\n"
+      "r = c.getresponse(); assert r.read() == b'abcde' + b'f' * 5000\n"
+      "big = bytes(range(256)) * 4096\n"
+      "c.request('POST', '/echo', body=big)\n"
+      "r = c.getresponse(); assert r.read() == big\n"
+      "assert c.sock is sock, 'connection was not kept alive'\n"
+      "print('ok')\n";
+  const char *argv[] = { python, "-c", script, port, NULL };
+  gchar *out;
+  if (!run (argv, &out) || !g_str_has_prefix (out, "ok\n"))
+    g_error ("python:\n%s", out);
+  g_free (out);
+  g_free (port);
+  g_assert_cmpuint (weft_http_server_get_n_requests (s.server), ==, 4);
+  srv_stop (&s);
+}
+
+/* ---- protocol ---------------------------------------------------------- */
+
+/* Three requests in one write, the first answered 100 ms later from
+ * another thread: the answers come in request order anyway. */
+static void
+test_pipelining_order (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *got = exchange_to_close (s.port,
+                                  "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"
+                                  "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+                                  "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+                                  "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  const char *a = strstr (got, "\r\n\r\nslow");
+  const char *b = strstr (got, "\r\n\r\nabc");
+  const char *c = strstr (got, "404 Not Found");
+  const char *d = strstr (got, "Hello, World!");
+  if (a == NULL || b == NULL || c == NULL || d == NULL || !(a < b && b < c && c < d))
+    g_error ("answers out of order or missing:\n%s", got);
+  g_assert_nonnull (strstr (d - 200 > got ? d - 200 : got, "Connection: close"));
+  g_free (got);
+  srv_stop (&s);
+}
+
+static void
+test_chunked_body (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *got = exchange_to_close (s.port,
+                                  "POST /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n"
+                                  "4;ext=1\r\nweft\r\n1\r\n!\r\n0\r\nTrailer: x\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 OK\r\n") || strstr (got, "Content-Length: 5\r\n") == NULL ||
+      !g_str_has_suffix (got, "\r\n\r\nweft!"))
+    g_error ("chunked echo:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
+static void
+test_expect_continue (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                   "Content-Length: 5\r\nConnection: close\r\n\r\n");
+  char cont[25];
+  wt_recv_exactly (fd, cont, sizeof cont);
+  g_assert_cmpmem (cont, sizeof cont, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  wt_send_str (fd, "hello");
+  GByteArray *rest = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (rest, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((char *) rest->data, "HTTP/1.1 200 OK\r\n") ||
+      !g_str_has_suffix ((char *) rest->data, "\r\n\r\nhello"))
+    g_error ("after 100-continue:\n%s", (char *) rest->data);
+  g_byte_array_unref (rest);
+  close (fd);
+  srv_stop (&s);
+}
+
+static void
+test_http10 (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  /* HTTP/1.0 without keep-alive: one answer, then the server closes. */
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.0\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 OK\r\n") || strstr (got, "Connection: close") == NULL ||
+      !g_str_has_suffix (got, "Hello, World!"))
+    g_error ("HTTP/1.0:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
+/* ---- errors and limits ------------------------------------------------- */
+
+static void
+expect_status_then_close (guint16 port, const char *req, const char *status_line)
+{
+  gchar *got = exchange_to_close (port, req);
+  if (!g_str_has_prefix (got, status_line) || strstr (got, "Connection: close\r\n") == NULL)
+    g_error ("expected %s and close, got:\n%s", status_line, got);
+  g_free (got);
+}
+
+static void
+test_bad_requests (void)
+{
+  Srv s;
+  srv_start (&s, 1024, 0);
+  expect_status_then_close (s.port, "GET / HTTP/1.1\r\nHost : a\r\n\r\n", "HTTP/1.1 400 ");
+  expect_status_then_close (s.port, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 400 ");
+  expect_status_then_close (s.port,
+                            "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n"
+                            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                            "HTTP/1.1 400 ");
+  expect_status_then_close (s.port, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 2048\r\n\r\n",
+                            "HTTP/1.1 413 ");
+  expect_status_then_close (s.port,
+                            "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "800\r\n",
+                            "HTTP/1.1 413 ");
+  expect_status_then_close (s.port, "GET / HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP/1.1 505 ");
+  expect_status_then_close (s.port, "BREW / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                            "HTTP/1.1 501 ");
+  /* A good request before a bad one is answered first. */
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /\r\n\r\n");
+  const char *ok = strstr (got, "HTTP/1.1 200 OK");
+  const char *bad = strstr (got, "HTTP/1.1 400 ");
+  if (ok == NULL || bad == NULL || ok > bad)
+    g_error ("good then bad:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
+/* A head that never ends is answered 408 and closed after the request
+ * timeout, not held (slowloris). */
+static void
+test_request_timeout (void)
+{
+  Srv s;
+  srv_start (&s, 0, 300);
+  gint64 start = g_get_monotonic_time ();
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ");
+  gint64 elapsed = g_get_monotonic_time () - start;
+  if (!g_str_has_prefix (got, "HTTP/1.1 408 "))
+    g_error ("slow head:\n%s", got);
+  g_assert_cmpint (elapsed, >=, 250 * 1000);
+  g_assert_cmpint (elapsed, <, 5 * G_USEC_PER_SEC);
+  g_free (got);
+  srv_stop (&s);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  g_test_add_func ("/http-server/curl", test_curl);
+  g_test_add_func ("/http-server/python-keepalive", test_python_keepalive);
+  g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
+  g_test_add_func ("/http-server/chunked-body", test_chunked_body);
+  g_test_add_func ("/http-server/expect-continue", test_expect_continue);
+  g_test_add_func ("/http-server/http10", test_http10);
+  g_test_add_func ("/http-server/bad-requests", test_bad_requests);
+  g_test_add_func ("/http-server/request-timeout", test_request_timeout);
+  return g_test_run ();
+}
