@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_HEADERS 100
 #define DEFAULT_REQUEST_TIMEOUT_MS 20000  /* head and body: slowloris */
@@ -77,6 +78,9 @@ struct _WeftHttpRequest {
   GThread *_Atomic handler_thread; /* set while its handler runs */
   GBytes *resp_head;
   GBytes *resp_body;
+  int resp_fd;              /* a file body (owned), or -1 */
+  guint64 resp_off;
+  guint64 resp_len;
   gboolean ready;           /* on the context: resp_* attached */
   gboolean close_after;
 };
@@ -198,6 +202,7 @@ request_new (HttpConn *hc)
   req->ref_count = 1;
   req->hc = hc_ref (hc);
   req->method = req->path = req->query = "";
+  req->resp_fd = -1;
   return req;
 }
 
@@ -253,8 +258,10 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
 {
   if (body_bytes != NULL)
     len = g_bytes_get_size (body_bytes);
-  gboolean close = !req->keep_alive;
-  req->close_after = close;
+  if (req->resp_fd >= 0)
+    len = (gsize) req->resp_len;
+  gboolean last = !req->keep_alive;
+  req->close_after = last;
   GString *s = g_string_sized_new (160 + (req->extra != NULL ? req->extra->len : 0) +
                                    (body_bytes == NULL && !req->is_head ? len : 0));
   g_string_append_printf (s, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason (status),
@@ -266,12 +273,21 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     g_string_append_printf (s, "Content-Length: %" G_GSIZE_FORMAT "\r\n", len);
   if (req->extra != NULL)
     g_string_append_len (s, req->extra->str, (gssize) req->extra->len);
-  if (close)
+  if (last)
     g_string_append (s, "Connection: close\r\n");
   else if (req->minor == 0)
     g_string_append (s, "Connection: keep-alive\r\n");
   g_string_append (s, "\r\n");
-  if (!req->is_head && status != 204 && status != 304)
+  if (req->is_head || status == 204 || status == 304)
+    {
+      /* No body: a file given for it is not needed. */
+      if (req->resp_fd >= 0)
+        {
+          close (req->resp_fd);
+          req->resp_fd = -1;
+        }
+    }
+  else if (req->resp_fd < 0)
     {
       if (body_bytes != NULL && len > BIG_BODY)
         req->resp_body = g_bytes_ref (body_bytes);
@@ -346,6 +362,18 @@ flush_ready (HttpConn *hc)
       weft_connection_write_bytes (hc->conn, req->resp_head);
       if (req->resp_body != NULL)
         weft_connection_write_bytes (hc->conn, req->resp_body);
+      if (req->resp_fd >= 0 && req->resp_len > 0)
+        {
+          GError *error = NULL;
+          if (!weft_connection_send_file (hc->conn, req->resp_fd, req->resp_off, req->resp_len,
+                                          &error))
+            {
+              /* The head promised a length: the connection cannot go on. */
+              g_info ("HTTP: sending a file failed: %s", error->message);
+              g_error_free (error);
+              req->close_after = TRUE;
+            }
+        }
       gboolean close = req->close_after;
       weft_http_request_unref (req);
       if (close)
@@ -667,7 +695,8 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
 
 /**
  * weft_http_server_new:
- * @engine: the engine whose workers serve the connections
+ * @engine: the engine whose workers serve the connections; it must
+ *   outlive the server (the server does not keep a reference)
  *
  * Creates an HTTP/1.1 server. Add sockets (and TLS) through
  * weft_http_server_get_listener(), handlers with
@@ -685,7 +714,9 @@ weft_http_server_new (WeftEngine *engine)
   g_return_val_if_fail (engine != NULL, NULL);
   WeftHttpServer *self = g_new0 (WeftHttpServer, 1);
   self->ref_count = 1;
-  self->engine = weft_engine_ref (engine);
+  /* Borrowed, like the listener's: connections keep the server alive and
+   * may drop it on a worker, where an engine must not die. */
+  self->engine = engine;
   self->routes = g_ptr_array_new ();
   weft_http_limits_init (&self->limits);
   self->request_timeout_ms = DEFAULT_REQUEST_TIMEOUT_MS;
@@ -732,7 +763,6 @@ weft_http_server_unref (WeftHttpServer *self)
       g_free (r);
     }
   g_ptr_array_unref (self->routes);
-  weft_engine_unref (self->engine);
   g_free (self);
 }
 
@@ -887,6 +917,8 @@ weft_http_request_unref (WeftHttpRequest *self)
     g_bytes_unref (self->resp_head);
   if (self->resp_body != NULL)
     g_bytes_unref (self->resp_body);
+  if (self->resp_fd >= 0)
+    close (self->resp_fd);
   g_free (self);
   hc_unref (hc);
 }
@@ -1024,3 +1056,36 @@ weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gcha
   g_return_if_fail (body != NULL);
   respond_common (self, status, content_type, NULL, 0, body);
 }
+
+/**
+ * weft_http_request_respond_file:
+ * @self: a request not answered yet
+ * @status: the status code (200 to 599)
+ * @content_type: (nullable): the Content-Type, or %NULL
+ * @fd: a regular file open for reading; the request owns it from now on
+ *   and closes it
+ * @offset: where the body starts in the file
+ * @length: the body's length
+ *
+ * Answers with part of a file as the body, sent with sendfile() (or read
+ * and encrypted under TLS), never copied into memory whole.
+ */
+void
+weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar *content_type,
+                                gint fd, guint64 offset, guint64 length)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (status >= 200 && status <= 599);
+  g_return_if_fail (fd >= 0);
+  if (atomic_load (&self->responded))
+    {
+      close (fd);
+      g_critical ("weft_http_request_respond_file: request already answered");
+      return;
+    }
+  self->resp_fd = fd;
+  self->resp_off = offset;
+  self->resp_len = length;
+  respond_common (self, status, content_type, NULL, 0, NULL);
+}
+

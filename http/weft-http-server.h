@@ -82,6 +82,13 @@ void weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar
 WEFT_AVAILABLE_IN_ALL
 void weft_http_request_respond_bytes (WeftHttpRequest *self, guint status,
                                       const gchar *content_type, GBytes *body);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_request_respond_file (WeftHttpRequest *self, guint status,
+                                     const gchar *content_type, gint fd, guint64 offset,
+                                     guint64 length);
+WEFT_AVAILABLE_IN_ALL
+gboolean weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix,
+                                         const gchar *root, GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftHttpServer, weft_http_server_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftHttpRequest, weft_http_request_unref)

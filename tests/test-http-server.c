@@ -6,6 +6,8 @@
  */
 #include "weft-net-util.h"
 
+#include <glib/gstdio.h>
+
 typedef struct {
   WeftEngine *engine;
   WeftHttpServer *server;
@@ -320,6 +322,105 @@ test_request_timeout (void)
   srv_stop (&s);
 }
 
+/* ---- static files ------------------------------------------------------ */
+
+static gchar *
+get (guint16 port, const char *path, const char *extra)
+{
+  gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n%s\r\n",
+                                path, extra != NULL ? extra : "");
+  gchar *got = exchange_to_close (port, req);
+  g_free (req);
+  return got;
+}
+
+static void
+expect_prefix (gchar *got, const char *prefix, const char *also)
+{
+  if (!g_str_has_prefix (got, prefix) || (also != NULL && strstr (got, also) == NULL))
+    g_error ("expected %s (with %s), got:\n%s", prefix, also != NULL ? also : "-", got);
+  g_free (got);
+}
+
+/* A directory with an index, a text file, a subdirectory and a symlink to
+ * a file outside it: index, MIME type, ETag and 304, ranges (206 and
+ * 416), the slash redirect, and no way out of the root (.., encoded ..,
+ * the symlink). */
+static void
+test_static_files (void)
+{
+  gchar *root = g_dir_make_tmp ("weft-static-XXXXXX", NULL);
+  gchar *outside = g_build_filename (root, "..", "weft-outside-secret.txt", NULL);
+  gchar *p;
+  g_assert_true (g_file_set_contents (p = g_build_filename (root, "index.html", NULL),
+                                      "<h1>home</h1>", -1, NULL));
+  g_free (p);
+  g_assert_true (g_file_set_contents (p = g_build_filename (root, "a.txt", NULL),
+                                      "0123456789abcdef", -1, NULL));
+  g_free (p);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0700), ==, 0);
+  g_free (p);
+  g_assert_true (g_file_set_contents (outside, "secret", -1, NULL));
+  g_assert_cmpint (symlink (outside, p = g_build_filename (root, "link.txt", NULL)), ==, 0);
+  g_free (p);
+
+  Srv s;
+  GError *error = NULL;
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  g_assert_true (weft_http_server_add_directory (s.server, "/", root, &error));
+  g_assert_no_error (error);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+
+  expect_prefix (get (s.port, "/", NULL), "HTTP/1.1 200 ", "<h1>home</h1>");
+  expect_prefix (get (s.port, "/", NULL), "HTTP/1.1 200 ", "Content-Type: text/html");
+  gchar *got = get (s.port, "/a.txt", NULL);
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 ") || !g_str_has_suffix (got, "\r\n\r\n0123456789abcdef") ||
+      strstr (got, "Content-Type: text/plain") == NULL)
+    g_error ("a.txt:\n%s", got);
+  const char *e = strstr (got, "ETag: ");
+  g_assert_nonnull (e);
+  gchar *etag = g_strndup (e + 6, (gsize) (strstr (e, "\r\n") - e - 6));
+  g_free (got);
+  gchar *inm = g_strdup_printf ("If-None-Match: %s\r\n", etag);
+  got = get (s.port, "/a.txt", inm);
+  if (!g_str_has_prefix (got, "HTTP/1.1 304 ") || g_str_has_suffix (got, "abcdef"))
+    g_error ("304:\n%s", got);
+  g_free (got);
+  expect_prefix (get (s.port, "/a.txt", "Range: bytes=10-\r\n"), "HTTP/1.1 206 ",
+                 "Content-Range: bytes 10-15/16\r\n");
+  expect_prefix (get (s.port, "/a.txt", "Range: bytes=-3\r\n"), "HTTP/1.1 206 ",
+                 "\r\n\r\ndef");
+  expect_prefix (get (s.port, "/a.txt", "Range: bytes=99-\r\n"), "HTTP/1.1 416 ",
+                 "Content-Range: bytes */16");
+  expect_prefix (get (s.port, "/sub", NULL), "HTTP/1.1 301 ", "Location: /sub/\r\n");
+  expect_prefix (get (s.port, "/sub/", NULL), "HTTP/1.1 404 ", NULL); /* no index, no listing */
+  got = get (s.port, "/../weft-outside-secret.txt", NULL);
+  if (strstr (got, "secret") != NULL || !g_str_has_prefix (got, "HTTP/1.1 404 "))
+    g_error ("..:\n%s", got);
+  g_free (got);
+  got = get (s.port, "/%2e%2e/weft-outside-secret.txt", NULL);
+  if (strstr (got, "secret") != NULL || !g_str_has_prefix (got, "HTTP/1.1 404 "))
+    g_error ("encoded ..:\n%s", got);
+  g_free (got);
+  got = get (s.port, "/link.txt", NULL);
+  if (strstr (got, "secret") != NULL || !g_str_has_prefix (got, "HTTP/1.1 404 "))
+    g_error ("symlink out of the root:\n%s", got);
+  g_free (got);
+  expect_prefix (get (s.port, "/nothing-here", NULL), "HTTP/1.1 404 ", NULL);
+
+  g_free (inm);
+  g_free (etag);
+  srv_stop (&s);
+  gchar *cmd[] = { "rm", "-rf", root, outside, NULL };
+  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  g_free (outside);
+  g_free (root);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -333,5 +434,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/bad-requests", test_bad_requests);
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
+  g_test_add_func ("/http-server/static-files", test_static_files);
   return g_test_run ();
 }

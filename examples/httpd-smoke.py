@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""httpd-smoke.py WEFT_HTTPD DOCS_DIR: starts weft-httpd on a free port
+serving DOCS_DIR, fetches the index page, a Markdown file with a range and
+the status page with http.client, then stops it with SIGTERM; it must exit
+0 within 10 s."""
+import http.client, json, re, signal, subprocess, sys
+
+httpd, docs = sys.argv[1], sys.argv[2]
+p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '2'],
+                     stdout=subprocess.PIPE, text=True)
+try:
+    line = p.stdout.readline()
+    m = re.search(r'port (\d+)', line)
+    assert m, 'no port in: %r' % line
+    c = http.client.HTTPConnection('127.0.0.1', int(m.group(1)), timeout=10)
+    c.request('GET', '/')
+    r = c.getresponse()
+    body = r.read()
+    assert r.status == 200 and b'<h1>Weft</h1>' in body, (r.status, body[:200])
+    assert r.getheader('Content-Type').startswith('text/html')
+    c.request('GET', '/architecture.md', headers={'Range': 'bytes=0-5'})
+    r = c.getresponse()
+    assert r.status == 206 and r.read() == b'# Weft', r.status
+    c.request('GET', '/_weft/status')
+    r = c.getresponse()
+    st = json.loads(r.read())
+    assert st['requests'] >= 2 and st['engine']['workers'] == 2, st
+    c.close()  # idle keep-alive connections would hold shutdown for its 5 s
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 0, p.returncode
+    print('ok')
+finally:
+    if p.poll() is None:
+        p.kill()

@@ -1,0 +1,350 @@
+/* weft-http-static.c: serving a directory's files (GET and HEAD).
+ *
+ * Safety first: the path is percent-decoded once, split on '/', and any
+ * ".." segment, NUL or backslash is refused; the file is then opened with
+ * openat2(RESOLVE_BENEATH) relative to the root, so no symlink and no
+ * trick of the path can leave the root (ENOSYS on kernels before 5.6:
+ * refused, not served). Bodies go out with sendfile; ETag and
+ * Last-Modified allow 304; single byte ranges give 206 or 416.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-http-server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+  gchar *prefix;
+  int root_fd; /* O_PATH | O_DIRECTORY */
+} StaticDir;
+
+static void
+static_dir_free (gpointer data)
+{
+  StaticDir *d = data;
+  close (d->root_fd);
+  g_free (d->prefix);
+  g_free (d);
+}
+
+static int
+open_beneath (int root_fd, const char *rel)
+{
+  struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+  long fd = syscall (SYS_openat2, root_fd, rel, &how, sizeof how);
+  return fd < 0 ? -1 : (int) fd;
+}
+
+static int
+hexval (char c)
+{
+  return g_ascii_xdigit_value (c);
+}
+
+/* Decodes @path (after the prefix) into a relative path, or NULL if it is
+ * not acceptable. "" stands for the root itself. */
+static gchar *
+relative_path (const char *path)
+{
+  GString *dec = g_string_new (NULL);
+  for (const char *p = path; *p != '\0'; p++)
+    {
+      char c = *p;
+      if (c == '%')
+        {
+          int h = hexval (p[1]), l = h < 0 ? -1 : hexval (p[2]);
+          if (h < 0 || l < 0)
+            goto bad;
+          c = (char) (h * 16 + l);
+          p += 2;
+        }
+      if (c == '\0' || c == '\\')
+        goto bad;
+      g_string_append_c (dec, c);
+    }
+  gchar **parts = g_strsplit (dec->str, "/", -1);
+  GString *rel = g_string_new (NULL);
+  for (gchar **s = parts; *s != NULL; s++)
+    {
+      if (**s == '\0' || strcmp (*s, ".") == 0)
+        continue;
+      if (strcmp (*s, "..") == 0)
+        {
+          g_strfreev (parts);
+          g_string_free (rel, TRUE);
+          goto bad;
+        }
+      if (rel->len > 0)
+        g_string_append_c (rel, '/');
+      g_string_append (rel, *s);
+    }
+  g_strfreev (parts);
+  g_string_free (dec, TRUE);
+  return g_string_free (rel, FALSE);
+bad:
+  g_string_free (dec, TRUE);
+  return NULL;
+}
+
+static const char *
+mime_type (const char *name)
+{
+  static const struct { const char *ext, *type; } types[] = {
+    { "html", "text/html; charset=utf-8" }, { "htm", "text/html; charset=utf-8" },
+    { "css", "text/css; charset=utf-8" }, { "js", "text/javascript; charset=utf-8" },
+    { "mjs", "text/javascript; charset=utf-8" }, { "json", "application/json" },
+    { "txt", "text/plain; charset=utf-8" }, { "md", "text/markdown; charset=utf-8" },
+    { "xml", "application/xml" }, { "svg", "image/svg+xml" }, { "png", "image/png" },
+    { "jpg", "image/jpeg" }, { "jpeg", "image/jpeg" }, { "gif", "image/gif" },
+    { "webp", "image/webp" }, { "ico", "image/x-icon" }, { "wasm", "application/wasm" },
+    { "pdf", "application/pdf" }, { "woff2", "font/woff2" }, { "c", "text/plain; charset=utf-8" },
+    { "h", "text/plain; charset=utf-8" },
+  };
+  const char *dot = strrchr (name, '.');
+  const char *slash = strrchr (name, '/');
+  if (dot != NULL && (slash == NULL || dot > slash))
+    for (guint i = 0; i < G_N_ELEMENTS (types); i++)
+      if (g_ascii_strcasecmp (dot + 1, types[i].ext) == 0)
+        return types[i].type;
+  return "application/octet-stream";
+}
+
+static void
+format_http_date (time_t t, char *buf, gsize len)
+{
+  static const char days[][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+  static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+  struct tm tm;
+  gmtime_r (&t, &tm);
+  snprintf (buf, len, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
+            months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+/* Parses an IMF-fixdate (the only form we send); -1 if it is not one. */
+static time_t
+parse_http_date (const char *s)
+{
+  static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+  struct tm tm = { 0 };
+  char mon[4] = { 0 };
+  if (sscanf (s, "%*3s, %2d %3s %4d %2d:%2d:%2d GMT", &tm.tm_mday, mon, &tm.tm_year,
+              &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+    return -1;
+  const char *m = strstr (months, mon);
+  if (m == NULL || (m - months) % 3 != 0 || mon[0] == '\0')
+    return -1;
+  tm.tm_mon = (int) ((m - months) / 3);
+  tm.tm_year -= 1900;
+  return timegm (&tm);
+}
+
+/* One "bytes=" range of a @size-byte file. Returns 1 with the range, 0 to
+ * serve the whole file (no header, or several ranges, or not bytes: all
+ * allowed by RFC 9110 §14.2), -1 if unsatisfiable (416). */
+static int
+parse_range (const char *h, guint64 size, guint64 *off, guint64 *len)
+{
+  if (h == NULL || !g_str_has_prefix (h, "bytes="))
+    return 0;
+  const char *p = h + 6;
+  if (strchr (p, ',') != NULL)
+    return 0;
+  char *end;
+  if (*p == '-')
+    {
+      /* suffix: the last N bytes */
+      if (!g_ascii_isdigit (p[1]))
+        return 0;
+      guint64 n = g_ascii_strtoull (p + 1, &end, 10);
+      if (*end != '\0')
+        return 0;
+      if (n == 0 || size == 0)
+        return -1;
+      n = MIN (n, size);
+      *off = size - n;
+      *len = n;
+      return 1;
+    }
+  if (!g_ascii_isdigit (*p))
+    return 0;
+  guint64 first = g_ascii_strtoull (p, &end, 10);
+  if (*end != '-')
+    return 0;
+  p = end + 1;
+  guint64 last = size - 1;
+  if (*p != '\0')
+    {
+      if (!g_ascii_isdigit (*p))
+        return 0;
+      last = g_ascii_strtoull (p, &end, 10);
+      if (*end != '\0' || last < first)
+        return 0;
+    }
+  if (first >= size)
+    return -1;
+  last = MIN (last, size - 1);
+  *off = first;
+  *len = last - first + 1;
+  return 1;
+}
+
+static void
+answer_status (WeftHttpRequest *req, guint status)
+{
+  char text[48];
+  int n = g_snprintf (text, sizeof text, "%u\n", status);
+  weft_http_request_respond (req, status, "text/plain", (const guint8 *) text, (gsize) n);
+}
+
+static void
+serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  StaticDir *d = user_data;
+  const char *path = weft_http_request_get_path (req);
+  gchar *rel = relative_path (path + strlen (d->prefix));
+  if (rel == NULL)
+    {
+      answer_status (req, 404); /* never say why: 404 for traversal attempts too */
+      return;
+    }
+  int fd = open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
+  struct stat st;
+  if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
+    {
+      if (!g_str_has_suffix (path, "/"))
+        {
+          /* A directory named without its slash: relative links in its
+           * index need it. */
+          close (fd);
+          gchar *loc = g_strconcat (path, "/", NULL);
+          weft_http_request_add_response_header (req, "Location", loc);
+          g_free (loc);
+          answer_status (req, 301);
+          g_free (rel);
+          return;
+        }
+      gchar *index = g_strconcat (*rel != '\0' ? rel : ".", "/index.html", NULL);
+      close (fd);
+      fd = open_beneath (d->root_fd, index);
+      g_free (rel);
+      rel = index;
+      if (fd >= 0 && fstat (fd, &st) != 0)
+        {
+          close (fd);
+          fd = -1;
+        }
+    }
+  else if (fd >= 0 && fstat (fd, &st) != 0)
+    {
+      close (fd);
+      fd = -1;
+    }
+  if (fd < 0 || !S_ISREG (st.st_mode))
+    {
+      if (fd >= 0)
+        close (fd);
+      answer_status (req, fd < 0 && errno == EACCES ? 403 : 404);
+      g_free (rel);
+      return;
+    }
+
+  char etag[64], modified[40];
+  g_snprintf (etag, sizeof etag, "\"%" G_GINT64_MODIFIER "x-%" G_GINT64_MODIFIER "x-%lx\"",
+              (gint64) st.st_size, (gint64) st.st_mtim.tv_sec, (long) st.st_mtim.tv_nsec);
+  format_http_date (st.st_mtim.tv_sec, modified, sizeof modified);
+  weft_http_request_add_response_header (req, "ETag", etag);
+  weft_http_request_add_response_header (req, "Last-Modified", modified);
+  weft_http_request_add_response_header (req, "Accept-Ranges", "bytes");
+
+  /* RFC 9110 §13.1.2: If-None-Match first, If-Modified-Since without it. */
+  const char *inm = weft_http_request_get_header (req, "If-None-Match");
+  const char *ims = weft_http_request_get_header (req, "If-Modified-Since");
+  gboolean not_modified = FALSE;
+  if (inm != NULL)
+    not_modified = strcmp (inm, "*") == 0 || strstr (inm, etag) != NULL;
+  else if (ims != NULL)
+    {
+      time_t t = parse_http_date (ims);
+      not_modified = t >= 0 && st.st_mtim.tv_sec <= t;
+    }
+  const char *type = mime_type (rel);
+  g_free (rel);
+  if (not_modified)
+    {
+      close (fd);
+      weft_http_request_respond (req, 304, NULL, NULL, 0);
+      return;
+    }
+
+  guint64 size = (guint64) st.st_size, off = 0, len = size;
+  int r = parse_range (weft_http_request_get_header (req, "Range"), size, &off, &len);
+  if (r < 0)
+    {
+      close (fd);
+      char cr[48];
+      g_snprintf (cr, sizeof cr, "bytes */%" G_GUINT64_FORMAT, size);
+      weft_http_request_add_response_header (req, "Content-Range", cr);
+      answer_status (req, 416);
+      return;
+    }
+  if (r > 0)
+    {
+      char cr[80];
+      g_snprintf (cr, sizeof cr, "bytes %" G_GUINT64_FORMAT "-%" G_GUINT64_FORMAT "/%" G_GUINT64_FORMAT,
+                  off, off + len - 1, size);
+      weft_http_request_add_response_header (req, "Content-Range", cr);
+    }
+  weft_http_request_respond_file (req, r > 0 ? 206 : 200, type, fd, off, len);
+}
+
+/**
+ * weft_http_server_add_directory:
+ * @self: a server, not started yet
+ * @url_prefix: where the files appear, such as "/" or "/static/"
+ * @root: (type filename): the directory to serve
+ * @error: return location for a #GError
+ *
+ * Serves the files under @root for GET and HEAD: a directory's
+ * index.html, MIME types by extension, ETag and Last-Modified with 304,
+ * single byte ranges (206, 416), bodies sent with sendfile. Nothing
+ * outside @root is ever served: ".." segments (also percent-encoded) are
+ * refused and files are opened with openat2(RESOLVE_BENEATH), so symlinks
+ * cannot lead out either. No directory listings.
+ *
+ * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
+ *   directory
+ */
+gboolean
+weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, const gchar *root,
+                                GError **error)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (url_prefix != NULL && url_prefix[0] == '/', FALSE);
+  g_return_val_if_fail (root != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  int fd = open (root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    {
+      int err = errno;
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (err), "cannot open %s: %s", root,
+                   g_strerror (err));
+      return FALSE;
+    }
+  StaticDir *d = g_new0 (StaticDir, 1);
+  d->root_fd = fd;
+  d->prefix = g_strdup (url_prefix);
+  gchar *pattern = g_strconcat (url_prefix, "*", NULL);
+  weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
+  g_free (pattern);
+  return TRUE;
+}
