@@ -138,7 +138,7 @@ main (int argc, char **argv)
 
   int sig = 0;
   sigwait (&set, &sig);
-  weft_listener_shutdown (listener, 5000, on_drained, NULL, NULL);
+  weft_http_server_shutdown (server, 5000, on_drained, NULL, NULL);
   char c = 0;
   if (read (done_pipe[0], &c, 1) != 1)
     c = '?';

@@ -17,6 +17,7 @@
 #include "weft-context.h"
 #include "weft-engine.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,6 +54,9 @@ struct _WeftHttpServer {
   guint keepalive_ms;
   gboolean started;
   _Atomic guint64 n_requests;
+  atomic_bool stopping;      /* no more keep-alive: close after each answer */
+  pthread_mutex_t live_lock;
+  GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
 };
 
 typedef struct _HttpConn HttpConn;
@@ -245,6 +249,9 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
       hc->closed = TRUE;
       stop_timer (hc);
       drop_pending (hc);
+      pthread_mutex_lock (&hc->server->live_lock);
+      g_hash_table_remove (hc->server->live, hc);
+      pthread_mutex_unlock (&hc->server->live_lock);
     }
 }
 
@@ -260,7 +267,8 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     len = g_bytes_get_size (body_bytes);
   if (req->resp_fd >= 0)
     len = (gsize) req->resp_len;
-  gboolean last = !req->keep_alive;
+  /* During a shutdown every answer is the connection's last. */
+  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping);
   req->close_after = last;
   GString *s = g_string_sized_new (160 + (req->extra != NULL ? req->extra->len : 0) +
                                    (body_bytes == NULL && !req->is_head ? len : 0));
@@ -525,7 +533,7 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
       value[req->headers[i].value.len] = '\0';
     }
   req->minor = head->minor_version;
-  req->keep_alive = head->keep_alive && !hc->closing;
+  req->keep_alive = head->keep_alive && !hc->closing && !atomic_load (&hc->server->stopping);
   req->is_head = strcmp (req->method, "HEAD") == 0;
   req->expect_continue = head->expect_continue;
   g_queue_push_tail (&hc->pending, req);
@@ -686,6 +694,9 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   hc->ctx = weft_connection_get_context (conn);
   g_queue_init (&hc->pending);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
+  pthread_mutex_lock (&server->live_lock);
+  g_hash_table_add (server->live, hc);
+  pthread_mutex_unlock (&server->live_lock);
   if (server->keepalive_ms != 0)
     weft_connection_set_idle_timeout (conn, server->keepalive_ms);
   weft_connection_start_reading (conn, on_data, hc, NULL);
@@ -722,6 +733,8 @@ weft_http_server_new (WeftEngine *engine)
   self->request_timeout_ms = DEFAULT_REQUEST_TIMEOUT_MS;
   self->keepalive_ms = DEFAULT_KEEPALIVE_MS;
   self->listener = weft_listener_new (engine, on_accept, self, NULL);
+  pthread_mutex_init (&self->live_lock, NULL);
+  self->live = g_hash_table_new (NULL, NULL);
   return self;
 }
 
@@ -763,6 +776,8 @@ weft_http_server_unref (WeftHttpServer *self)
       g_free (r);
     }
   g_ptr_array_unref (self->routes);
+  g_hash_table_unref (self->live);
+  pthread_mutex_destroy (&self->live_lock);
   g_free (self);
 }
 
@@ -1089,3 +1104,53 @@ weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar
   respond_common (self, status, content_type, NULL, 0, NULL);
 }
 
+
+/* On a connection's context during shutdown: an idle keep-alive
+ * connection closes now; a busy one answers what it has (with
+ * "Connection: close") and closes then. */
+static void
+wind_down_job (gpointer data)
+{
+  HttpConn *hc = data;
+  if (hc->closed)
+    return;
+  hc->closing = TRUE;
+  stop_timer (hc);
+  if (g_queue_is_empty (&hc->pending))
+    weft_connection_close (hc->conn);
+  else
+    weft_connection_stop_reading (hc->conn); /* answers built from now say close */
+}
+
+/**
+ * weft_http_server_shutdown:
+ * @self: a started server
+ * @timeout_ms: how long requests in flight may take to finish
+ * @func: (scope notified) (closure user_data) (destroy notify) (nullable):
+ *   called once no connection is left (see #WeftListenerDoneFunc)
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data
+ *
+ * Graceful stop, from any thread that is not one of the engine's workers
+ * or from one: stops accepting, closes idle keep-alive connections at
+ * once, lets requests in flight be answered (each answer then closes its
+ * connection), and aborts what is left after @timeout_ms.
+ */
+void
+weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerDoneFunc func,
+                           gpointer user_data, GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  atomic_store (&self->stopping, TRUE);
+  pthread_mutex_lock (&self->live_lock);
+  GHashTableIter it;
+  gpointer key;
+  g_hash_table_iter_init (&it, self->live);
+  while (g_hash_table_iter_next (&it, &key, NULL))
+    {
+      HttpConn *hc = key;
+      weft_context_post (hc->ctx, wind_down_job, hc_ref (hc), (GDestroyNotify) hc_unref);
+    }
+  pthread_mutex_unlock (&self->live_lock);
+  weft_listener_shutdown (self->listener, timeout_ms, func, user_data, notify);
+}

@@ -58,6 +58,10 @@ WEFT_AVAILABLE_IN_ALL
 gboolean weft_http_server_start (WeftHttpServer *self, GError **error);
 WEFT_AVAILABLE_IN_ALL
 guint64 weft_http_server_get_n_requests (WeftHttpServer *self);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms,
+                                WeftListenerDoneFunc func, gpointer user_data,
+                                GDestroyNotify notify);
 
 WEFT_AVAILABLE_IN_ALL
 WeftHttpRequest *weft_http_request_ref (WeftHttpRequest *self);

@@ -421,6 +421,54 @@ test_static_files (void)
   g_free (root);
 }
 
+/* ---- shutdown ---------------------------------------------------------- */
+
+static void
+on_shutdown_done (WeftListener *listener, gboolean drained, gpointer user_data)
+{
+  atomic_int *state = user_data;
+  atomic_store (state, drained ? 1 : 2);
+}
+
+/* Shutdown closes an idle keep-alive connection at once, lets a request
+ * in flight (answered 100 ms later from another thread) finish with
+ * "Connection: close", and reports everything drained. */
+static void
+test_shutdown (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int idle = wt_connect_tcp (s.port);
+  wt_send_str (idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+  char buf[4096];
+  ssize_t n = recv (idle, buf, sizeof buf, 0); /* its answer; the connection stays */
+  g_assert_cmpint (n, >, 0);
+  int busy = wt_connect_tcp (s.port);
+  wt_send_str (busy, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
+  g_usleep (20000); /* the request is in its handler */
+
+  atomic_int state = 0;
+  gint64 start = g_get_monotonic_time ();
+  weft_http_server_shutdown (s.server, 5000, on_shutdown_done, &state, NULL);
+  GByteArray *rest = wt_recv_to_eof (idle, TRUE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  g_assert_cmpint (g_get_monotonic_time () - start, <, G_USEC_PER_SEC);
+  GByteArray *answer = wt_recv_to_eof (busy, FALSE, NULL);
+  g_byte_array_append (answer, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((char *) answer->data, "HTTP/1.1 200 OK") ||
+      strstr ((char *) answer->data, "Connection: close\r\n") == NULL ||
+      !g_str_has_suffix ((char *) answer->data, "slow"))
+    g_error ("in-flight answer:\n%s", (char *) answer->data);
+  g_byte_array_unref (answer);
+  WT_WAIT_UNTIL (atomic_load (&state) != 0);
+  g_assert_cmpint (atomic_load (&state), ==, 1);
+  g_assert_cmpint (g_get_monotonic_time () - start, <, 2 * G_USEC_PER_SEC);
+  close (idle);
+  close (busy);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -435,5 +483,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/bad-requests", test_bad_requests);
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
   g_test_add_func ("/http-server/static-files", test_static_files);
+  g_test_add_func ("/http-server/shutdown", test_shutdown);
   return g_test_run ();
 }
