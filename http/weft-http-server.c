@@ -17,7 +17,10 @@
 #include "weft-context.h"
 #include "weft-engine.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -699,6 +702,10 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   pthread_mutex_unlock (&server->live_lock);
   if (server->keepalive_ms != 0)
     weft_connection_set_idle_timeout (conn, server->keepalive_ms);
+  /* Answers are whole messages written at once: Nagle could only hold
+   * back the last segment of one behind an unacknowledged previous one. */
+  int one = 1;
+  setsockopt (weft_connection_get_fd (conn), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   weft_connection_start_reading (conn, on_data, hc, NULL);
 }
 
