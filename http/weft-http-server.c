@@ -1,173 +1,68 @@
-/* weft-http-server.c: HTTP/1.1 on connections (RFC 9112).
+/* weft-http-server.c: HTTP/1.1 on connections (RFC 9112): the server and
+ * each connection's reading side.
  *
  * Each accepted connection gets an HttpConn on its own context. Bytes are
  * read in raw mode: the parser (weft-http-parser.c) looks at the
  * connection's buffer in place, and only a complete head is copied, once,
  * into the request it becomes. Requests are answered strictly in arrival
- * order (pipelining): each waits in hc->pending until its response is
- * attached, and only the oldest is ever written. A handler may answer at
- * once, later, or from another thread; an answer from elsewhere than the
- * handler's own call is posted to the connection's context.
+ * order (pipelining): each waits in hc->pending until its answer is
+ * attached, and only the oldest is ever written (weft_http_flush_ready()).
+ * Answers, streams and the request API live in weft-http-request.c.
+ *
+ * Timeouts are the connection's own timers, at most one at a time: the
+ * header timeout from a request's first byte, then a once-a-second body
+ * check (idle time and average rate) while a body arrives, and a
+ * keep-alive check that closes a connection idle between requests.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "weft-http-server.h"
-#include "weft-http-parser.h"
-#include "weft-connection.h"
-#include "weft-context.h"
+#include "weft-http-private.h"
 #include "weft-engine.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <sys/socket.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define MAX_HEADERS 100
-#define DEFAULT_REQUEST_TIMEOUT_MS 20000  /* head and body: slowloris */
-#define DEFAULT_KEEPALIVE_MS 30000
-#define MAX_PIPELINE 32                   /* parsed, unanswered requests */
-#define BIG_BODY 16384                    /* bodies above: written by reference */
+#define MAX_HEADERS 256           /* the array; the limit may be lower */
+#define BODY_CHECK_MS 1000
+#define BODY_RATE_GRACE_US (10 * G_USEC_PER_SEC)
 
 G_DEFINE_BOXED_TYPE (WeftHttpServer, weft_http_server, weft_http_server_ref,
                      weft_http_server_unref)
-G_DEFINE_BOXED_TYPE (WeftHttpRequest, weft_http_request, weft_http_request_ref,
-                     weft_http_request_unref)
+G_DEFINE_FLAGS_TYPE (WeftHttpHandlerFlags, weft_http_handler_flags,
+                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_DEFAULT, "default"),
+                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_STREAM_BODY, "stream-body"))
+G_DEFINE_ENUM_TYPE (WeftHttpLimit, weft_http_limit,
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_TARGET_BYTES, "max-target-bytes"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_HEAD_BYTES, "max-head-bytes"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_HEADERS, "max-headers"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_BODY_BYTES, "max-body-bytes"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, "header-timeout-ms"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, "body-timeout-ms"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_BODY_MIN_RATE, "body-min-rate"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS,
+                                         "keepalive-timeout-ms"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS, "write-timeout-ms"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_CONNECTIONS, "max-connections"),
+                    G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_PIPELINE, "max-pipeline"))
 
-typedef struct {
-  gchar *method; /* NULL: any */
-  gchar *path;
-  gboolean prefix; /* the pattern ended with '*' */
-  WeftHttpHandler func;
-  gpointer data;
-  GDestroyNotify notify;
-} Route;
-
-struct _WeftHttpServer {
-  gint ref_count;
-  WeftEngine *engine;
-  WeftListener *listener;
-  GPtrArray *routes; /* fixed once started: read without a lock */
-  WeftHttpLimits limits;
-  guint request_timeout_ms;
-  guint keepalive_ms;
-  gboolean started;
-  _Atomic guint64 n_requests;
-  atomic_bool stopping;      /* no more keep-alive: close after each answer */
-  pthread_mutex_t live_lock;
-  GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
+static const guint64 default_limit[] = {
+  [WEFT_HTTP_LIMIT_MAX_TARGET_BYTES] = 8 * 1024,
+  [WEFT_HTTP_LIMIT_MAX_HEAD_BYTES] = 16 * 1024,
+  [WEFT_HTTP_LIMIT_MAX_HEADERS] = 100,
+  [WEFT_HTTP_LIMIT_MAX_BODY_BYTES] = 8 * 1024 * 1024,
+  [WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] = 20000,
+  [WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] = 20000,
+  [WEFT_HTTP_LIMIT_BODY_MIN_RATE] = 256,
+  [WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS] = 30000,
+  [WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] = 60000,
+  [WEFT_HTTP_LIMIT_MAX_CONNECTIONS] = 16384,
+  [WEFT_HTTP_LIMIT_MAX_PIPELINE] = 32,
 };
 
-typedef struct _HttpConn HttpConn;
-
-struct _WeftHttpRequest {
-  gint ref_count;
-  HttpConn *hc;             /* ref */
-  char *head;               /* the head's bytes, slices NUL-terminated in place */
-  const char *method;
-  const char *path;
-  const char *query;
-  WeftHttpHeader *headers;  /* into head */
-  gsize n_headers;
-  GBytes *body;
-  guint minor;
-  gboolean keep_alive;
-  gboolean is_head;         /* HEAD: no body in the response */
-  gboolean expect_continue;
-  GString *extra;           /* response headers added by the handler */
-
-  /* The answer; set once (responded), written in arrival order. */
-  atomic_int responded;
-  GThread *_Atomic handler_thread; /* set while its handler runs */
-  GBytes *resp_head;
-  GBytes *resp_body;
-  int resp_fd;              /* a file body (owned), or -1 */
-  guint64 resp_off;
-  guint64 resp_len;
-  gboolean ready;           /* on the context: resp_* attached */
-  gboolean close_after;
-};
-
-struct _HttpConn {
-  gint ref_count;
-  WeftHttpServer *server;
-  WeftConnection *conn;
-  WeftContext *ctx;
-  GQueue pending;           /* WeftHttpRequest, oldest first, one ref each */
-  WeftHttpRequest *reading; /* the newest request, while its body arrives */
-  guint64 body_left;
-  gboolean chunked;
-  WeftHttpChunked dec;
-  GByteArray *body;
-  guint timer;              /* request timeout */
-  gboolean closing;         /* read no more; close after the queued answers */
-  gboolean closed;
-  gboolean paused;          /* reading stopped: too many unanswered requests */
-};
-
-static void flush_ready (HttpConn *hc);
 static gsize on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data);
-
-/* ---- small things ------------------------------------------------------- */
-
-static const char *
-reason (guint status)
-{
-  switch (status)
-    {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
-    }
-}
-
-/* The Date header's value, formatted once a second per thread (the C
- * locale's names, whatever the process locale). */
-static const char *
-http_date (void)
-{
-  static __thread time_t cached_sec = -1;
-  static __thread char buf[40];
-  time_t now = time (NULL);
-  if (now != cached_sec)
-    {
-      static const char days[][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
-      static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
-      struct tm tm;
-      gmtime_r (&now, &tm);
-      snprintf (buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
-                tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-                tm.tm_sec);
-      cached_sec = now;
-    }
-  return buf;
-}
 
 static gboolean
 known_method (const char *m)
@@ -182,45 +77,40 @@ known_method (const char *m)
 
 /* ---- the connection state ---------------------------------------------- */
 
-static HttpConn *
-hc_ref (HttpConn *hc)
+HttpConn *
+weft_http_conn_ref (HttpConn *hc)
 {
   g_atomic_int_inc (&hc->ref_count);
   return hc;
 }
 
-static void
-hc_unref (HttpConn *hc)
+void
+weft_http_conn_unref (HttpConn *hc)
 {
   if (!g_atomic_int_dec_and_test (&hc->ref_count))
     return;
   g_assert (g_queue_is_empty (&hc->pending));
   if (hc->body != NULL)
     g_byte_array_unref (hc->body);
+  g_free (hc->peer);
   weft_connection_unref (hc->conn);
   weft_http_server_unref (hc->server);
   g_free (hc);
 }
 
-static WeftHttpRequest *
-request_new (HttpConn *hc)
-{
-  WeftHttpRequest *req = g_new0 (WeftHttpRequest, 1);
-  req->ref_count = 1;
-  req->hc = hc_ref (hc);
-  req->method = req->path = req->query = "";
-  req->resp_fd = -1;
-  return req;
-}
-
-/* Drops everything still queued: the connection is gone. */
+/* Drops everything still queued: the connection is gone. Streams and
+ * body readers hear of it (their notifies run) here, on the context. */
 static void
 drop_pending (HttpConn *hc)
 {
   WeftHttpRequest *req;
-  while ((req = g_queue_pop_head (&hc->pending)) != NULL)
-    weft_http_request_unref (req);
   hc->reading = NULL;
+  hc->active = NULL;
+  while ((req = g_queue_pop_head (&hc->pending)) != NULL)
+    {
+      weft_http_stream_release (req);
+      weft_http_request_unref (req);
+    }
 }
 
 static void
@@ -238,153 +128,134 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
           gpointer user_data)
 {
   HttpConn *hc = user_data;
-  if (event == WEFT_CONNECTION_EVENT_PEER_CLOSED)
+  switch (event)
     {
+    case WEFT_CONNECTION_EVENT_PEER_CLOSED:
       /* The client sends no more: answer what it asked, then close; a
-       * request cut off in its body is never answered. */
+       * request cut off in its head or body is never answered. */
       hc->closing = TRUE;
       stop_timer (hc);
       if (hc->reading != NULL || g_queue_is_empty (&hc->pending))
         weft_connection_close (conn);
-    }
-  else if (event == WEFT_CONNECTION_EVENT_CLOSED)
-    {
+      break;
+    case WEFT_CONNECTION_EVENT_DRAINED:
+      if (hc->active != NULL)
+        weft_http_stream_pump (hc->active);
+      break;
+    case WEFT_CONNECTION_EVENT_ERROR:
+      break;
+    case WEFT_CONNECTION_EVENT_CLOSED:
       hc->closed = TRUE;
+      atomic_store (&hc->gone, TRUE);
       stop_timer (hc);
+      if (hc->ka_timer != 0)
+        {
+          weft_context_remove (hc->ctx, hc->ka_timer);
+          hc->ka_timer = 0;
+        }
       drop_pending (hc);
       pthread_mutex_lock (&hc->server->live_lock);
       g_hash_table_remove (hc->server->live, hc);
       pthread_mutex_unlock (&hc->server->live_lock);
+      break;
     }
 }
 
-/* ---- answers ------------------------------------------------------------ */
-
-/* Builds the answer on the caller's thread (pure work, no connection
- * state), so answering from another thread costs the context one job. */
+/* Counts a request whose answer has been queued whole. */
 static void
-build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
-                gsize len, GBytes *body_bytes)
+account (HttpConn *hc, WeftHttpRequest *req)
 {
-  if (body_bytes != NULL)
-    len = g_bytes_get_size (body_bytes);
-  if (req->resp_fd >= 0)
-    len = (gsize) req->resp_len;
-  /* During a shutdown every answer is the connection's last. */
-  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping);
-  req->close_after = last;
-  GString *s = g_string_sized_new (160 + (req->extra != NULL ? req->extra->len : 0) +
-                                   (body_bytes == NULL && !req->is_head ? len : 0));
-  g_string_append_printf (s, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason (status),
-                          http_date ());
-  if (content_type != NULL)
-    g_string_append_printf (s, "Content-Type: %s\r\n", content_type);
-  /* Every answer is delimited; 1xx, 204 and 304 carry no length. */
-  if (status != 204 && status != 304)
-    g_string_append_printf (s, "Content-Length: %" G_GSIZE_FORMAT "\r\n", len);
-  if (req->extra != NULL)
-    g_string_append_len (s, req->extra->str, (gssize) req->extra->len);
-  if (last)
-    g_string_append (s, "Connection: close\r\n");
-  else if (req->minor == 0)
-    g_string_append (s, "Connection: keep-alive\r\n");
-  g_string_append (s, "\r\n");
-  if (req->is_head || status == 204 || status == 304)
+  WeftHttpServer *server = hc->server;
+  guint cls = req->status / 100;
+  if (cls >= 1 && cls <= 5)
+    atomic_fetch_add_explicit (&server->n_status[cls], 1, memory_order_relaxed);
+  gint64 us = g_get_monotonic_time () - req->start_us;
+  guint b = 0;
+  while (us > 1 && b + 1 < WEFT_HTTP_LATENCY_BUCKETS)
     {
-      /* No body: a file given for it is not needed. */
-      if (req->resp_fd >= 0)
-        {
-          close (req->resp_fd);
-          req->resp_fd = -1;
-        }
+      us >>= 1;
+      b++;
     }
-  else if (req->resp_fd < 0)
-    {
-      if (body_bytes != NULL && len > BIG_BODY)
-        req->resp_body = g_bytes_ref (body_bytes);
-      else if (body_bytes != NULL)
-        g_string_append_len (s, g_bytes_get_data (body_bytes, NULL), (gssize) len);
-      else if (len > 0)
-        g_string_append_len (s, (const char *) body, (gssize) len);
-    }
-  req->resp_head = g_string_free_to_bytes (s);
-}
-
-static void
-attach_job (gpointer data)
-{
-  WeftHttpRequest *req = data;
-  HttpConn *hc = req->hc;
-  req->ready = TRUE;
-  if (!hc->closed)
-    flush_ready (hc);
-}
-
-static void
-respond_common (WeftHttpRequest *req, guint status, const char *content_type,
-                const guint8 *body, gsize len, GBytes *body_bytes)
-{
-  if (atomic_exchange (&req->responded, 1))
-    {
-      g_critical ("weft_http_request_respond: request already answered");
-      return;
-    }
-  build_response (req, status, content_type, body, len, body_bytes);
-  HttpConn *hc = req->hc;
-  if (atomic_load (&req->handler_thread) == g_thread_self ())
-    {
-      /* Inside its handler, on the connection's context. */
-      req->ready = TRUE;
-      if (!hc->closed)
-        flush_ready (hc);
-      return;
-    }
-  weft_context_post (hc->ctx, attach_job, weft_http_request_ref (req),
-                     (GDestroyNotify) weft_http_request_unref);
-}
-
-/* An answer the server gives itself (errors, 404), on the context. */
-static void
-respond_self (WeftHttpRequest *req, guint status, gboolean close)
-{
-  if (close)
-    req->keep_alive = FALSE;
-  char text[64];
-  int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
-  /* Answering writes it out and may drop the queue's reference. */
-  weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, g_thread_self ());
-  respond_common (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
-  atomic_store (&req->handler_thread, NULL);
-  weft_http_request_unref (req);
+  atomic_fetch_add_explicit (&server->latency[b], 1, memory_order_relaxed);
+  if (server->log != NULL)
+    weft_http_access_log_add (server->log, req);
 }
 
 /* Writes the answers that are ready, oldest first, stopping at the first
- * that is not: pipelined answers never overtake each other. */
-static void
-flush_ready (HttpConn *hc)
+ * that is not: pipelined answers never overtake each other. A streamed
+ * answer stays at the head (hc->active) until it is finished. */
+void
+weft_http_flush_ready (HttpConn *hc)
 {
   WeftHttpRequest *req;
   while (!hc->closed && (req = g_queue_peek_head (&hc->pending)) != NULL && req->ready)
     {
       if (req == hc->reading)
-        break; /* answered before its body was read: wait for the body */
-      g_queue_pop_head (&hc->pending);
-      weft_connection_write_bytes (hc->conn, req->resp_head);
-      if (req->resp_body != NULL)
-        weft_connection_write_bytes (hc->conn, req->resp_body);
-      if (req->resp_fd >= 0 && req->resp_len > 0)
         {
-          GError *error = NULL;
-          if (!weft_connection_send_file (hc->conn, req->resp_fd, req->resp_off, req->resp_len,
-                                          &error))
+          if (req->stream_body && !atomic_load (&req->body_wanted))
             {
-              /* The head promised a length: the connection cannot go on. */
-              g_info ("HTTP: sending a file failed: %s", error->message);
-              g_error_free (error);
-              req->close_after = TRUE;
+              /* Answered without reading its body: the body (if the
+               * client sends it at all) is not read; close after. */
+              hc->reading = NULL;
+              hc->closing = TRUE;
+              stop_timer (hc);
+              weft_connection_stop_reading (hc->conn);
+            }
+          else if (!req->streaming)
+            break; /* answered before its body was read: wait for the body */
+        }
+      if (!req->head_sent)
+        {
+          req->head_sent = TRUE;
+          weft_connection_write_bytes (hc->conn, req->resp_head);
+          if (req->resp_body != NULL)
+            weft_connection_write_bytes (hc->conn, req->resp_body);
+          if (req->resp_fd >= 0 && req->resp_len > 0)
+            {
+              GError *error = NULL;
+              if (!weft_connection_send_file (hc->conn, req->resp_fd, req->resp_off,
+                                              req->resp_len, &error))
+                {
+                  /* The head promised a length: the connection cannot go on. */
+                  g_info ("HTTP: sending a file failed: %s", error->message);
+                  g_error_free (error);
+                  req->close_after = TRUE;
+                }
             }
         }
+      if (req->streaming)
+        {
+          GBytes *b;
+          while ((b = g_queue_pop_head (&req->stream_q)) != NULL)
+            {
+              weft_connection_write_bytes (hc->conn, b);
+              g_bytes_unref (b);
+            }
+          if (!req->stream_done)
+            {
+              if (hc->active != req)
+                {
+                  hc->active = req;
+                  weft_http_stream_pump (req);
+                }
+              break;
+            }
+          hc->active = NULL;
+          if (!req->tail_sent)
+            {
+              static const char tail[] = "0\r\n\r\n";
+              req->tail_sent = TRUE;
+              if (req->chunked_out && !req->no_body_out)
+                weft_connection_write (hc->conn, (const guint8 *) tail, sizeof tail - 1);
+              weft_http_stream_release (req);
+            }
+          if (hc->closed)
+            return;
+        }
+      if (req == hc->reading)
+        break; /* a stream answered while its body still arrives */
+      g_queue_pop_head (&hc->pending);
+      account (hc, req);
       gboolean close = req->close_after;
       weft_http_request_unref (req);
       if (close)
@@ -402,7 +273,10 @@ flush_ready (HttpConn *hc)
       weft_connection_close (hc->conn);
       return;
     }
-  if (hc->paused && g_queue_get_length (&hc->pending) < MAX_PIPELINE / 2)
+  if (g_queue_is_empty (&hc->pending) && hc->reading == NULL)
+    hc->idle_since = g_get_monotonic_time ();
+  if (hc->paused &&
+      g_queue_get_length (&hc->pending) < hc->server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] / 2 + 1)
     {
       hc->paused = FALSE;
       weft_connection_start_reading (hc->conn, on_data, hc, NULL);
@@ -411,47 +285,35 @@ flush_ready (HttpConn *hc)
 
 /* ---- requests in -------------------------------------------------------- */
 
-static const Route *
-find_route (WeftHttpServer *server, const char *method, const char *path)
-{
-  const Route *fallback = NULL;
-  for (guint i = 0; i < server->routes->len; i++)
-    {
-      const Route *r = server->routes->pdata[i];
-      gboolean path_ok = r->prefix ? g_str_has_prefix (path, r->path) : strcmp (path, r->path) == 0;
-      if (!path_ok)
-        continue;
-      if (r->method == NULL || strcmp (r->method, method) == 0)
-        return r;
-      /* HEAD is GET without the body (RFC 9110 §9.3.2). */
-      if (fallback == NULL && strcmp (method, "HEAD") == 0 && strcmp (r->method, "GET") == 0)
-        fallback = r;
-    }
-  return fallback;
-}
-
 static void
 dispatch (HttpConn *hc, WeftHttpRequest *req)
 {
   WeftHttpServer *server = hc->server;
   atomic_fetch_add_explicit (&server->n_requests, 1, memory_order_relaxed);
-  if (hc->reading == req)
-    hc->reading = NULL;
-  stop_timer (hc);
   if (!known_method (req->method))
     {
-      respond_self (req, 501, FALSE);
+      weft_http_respond_self (req, 501, FALSE);
       return;
     }
-  const Route *route = find_route (server, req->method, req->path);
-  if (route == NULL)
+  switch (req->route_result)
     {
-      respond_self (req, 404, FALSE);
+    case WEFT_HTTP_ROUTE_FOUND:
+      break;
+    case WEFT_HTTP_ROUTE_NOT_FOUND:
+      weft_http_respond_self (req, 404, FALSE);
+      return;
+    case WEFT_HTTP_ROUTE_BAD_METHOD:
+      weft_http_request_add_response_header (req, "Allow", req->allow->str);
+      weft_http_respond_self (req, 405, FALSE);
+      return;
+    case WEFT_HTTP_ROUTE_BAD_PATH:
+      weft_http_respond_self (req, 400, FALSE);
       return;
     }
+  WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
   weft_http_request_ref (req);
   atomic_store (&req->handler_thread, g_thread_self ());
-  route->func (server, req, route->data);
+  func (server, req, weft_http_route_get_data (req->route));
   atomic_store (&req->handler_thread, NULL);
   weft_http_request_unref (req);
 }
@@ -463,31 +325,88 @@ fail_request (HttpConn *hc, guint status)
   WeftHttpRequest *req = hc->reading;
   if (req == NULL)
     {
-      req = request_new (hc);
+      req = weft_http_request_new (hc);
+      req->start_us = g_get_monotonic_time ();
       g_queue_push_tail (&hc->pending, req);
     }
   hc->reading = NULL;
   hc->closing = TRUE;
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
+  if (req->body_func != NULL && !req->body_done)
+    {
+      /* A streamed body that will not end: its reader learns it when the
+       * request's notifies run (the connection closes after the answer). */
+      req->body_done = TRUE;
+    }
   if (!atomic_load (&req->responded))
-    respond_self (req, status, TRUE);
+    weft_http_respond_self (req, status, TRUE);
   else
     {
       /* Already answered (before its body ended): close after it. */
       req->close_after = TRUE;
       req->ready = TRUE;
-      flush_ready (hc);
+      if (req->streaming && !req->stream_done)
+        {
+          /* A stream cut off by its own request's failure ends here. */
+          req->stream_done = TRUE;
+          req->producer_on = FALSE;
+        }
+      weft_http_flush_ready (hc);
     }
 }
 
 static gboolean
-request_timed_out (gpointer data)
+header_timed_out (gpointer data)
 {
   HttpConn *hc = data;
   hc->timer = 0;
   fail_request (hc, 408);
   return G_SOURCE_REMOVE;
+}
+
+/* Once a second while a body arrives: too long without a byte, or too slow
+ * on average after the grace period, is a 408. A streamed body that its
+ * handler has not asked for yet is not the client's delay. */
+static gboolean
+body_check (gpointer data)
+{
+  HttpConn *hc = data;
+  const guint64 *limit = hc->server->limit;
+  gint64 now = g_get_monotonic_time ();
+  if (hc->body_paused)
+    {
+      hc->body_last_us = now;
+      return G_SOURCE_CONTINUE;
+    }
+  gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
+                  now - hc->body_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
+  gint64 elapsed = now - hc->body_start_us;
+  gboolean slow = limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0 && elapsed >= BODY_RATE_GRACE_US &&
+                  (double) hc->body_bytes * G_USEC_PER_SEC / (double) elapsed <
+                      (double) limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE];
+  if (!idle && !slow)
+    return G_SOURCE_CONTINUE;
+  hc->timer = 0;
+  fail_request (hc, 408);
+  return G_SOURCE_REMOVE;
+}
+
+/* Every keep-alive period: a connection idle since the last check closes. */
+static gboolean
+keepalive_check (gpointer data)
+{
+  HttpConn *hc = data;
+  guint64 ka = hc->server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  if (hc->idle_since != 0 && hc->timer == 0 &&
+      g_get_monotonic_time () - hc->idle_since >= (gint64) ka * 1000)
+    {
+      hc->ka_timer = 0;
+      hc->closing = TRUE;
+      weft_connection_close (hc->conn);
+      return G_SOURCE_REMOVE;
+    }
+  return G_SOURCE_CONTINUE;
 }
 
 /* A slice of the head at @buf as a C string in the copy: the byte after
@@ -505,11 +424,12 @@ cut (WeftHttpRequest *req, const char *buf, gsize head_len, WeftHttpSlice s,
   return p;
 }
 
-/* A complete head at @buf: the request it describes, queued. */
+/* A complete head at @buf: the request it describes, routed and queued. */
 static WeftHttpRequest *
 take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
 {
-  WeftHttpRequest *req = request_new (hc);
+  WeftHttpRequest *req = weft_http_request_new (hc);
+  req->start_us = g_get_monotonic_time ();
   req->head = g_malloc (head_len + 1);
   memcpy (req->head, buf, head_len);
   req->head[head_len] = '\0';
@@ -539,6 +459,18 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
   req->keep_alive = head->keep_alive && !hc->closing && !atomic_load (&hc->server->stopping);
   req->is_head = strcmp (req->method, "HEAD") == 0;
   req->expect_continue = head->expect_continue;
+  req->has_body = head->body != WEFT_HTTP_BODY_NONE;
+  req->allow = g_string_new (NULL);
+  req->route_result = weft_http_router_match (hc->server->router, req->method, req->path,
+                                              &req->route, &req->params, &req->n_params,
+                                              req->allow);
+  if (req->route_result != WEFT_HTTP_ROUTE_BAD_METHOD)
+    {
+      g_string_free (req->allow, TRUE);
+      req->allow = NULL;
+    }
+  req->stream_body = req->route != NULL &&
+                     (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);
   g_queue_push_tail (&hc->pending, req);
   return req;
 }
@@ -548,11 +480,20 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
 static gssize
 take_body (HttpConn *hc, const guint8 *data, gsize len)
 {
+  WeftHttpRequest *req = hc->reading;
+  hc->body_last_us = g_get_monotonic_time ();
   if (!hc->chunked)
     {
       gsize n = (gsize) MIN ((guint64) len, hc->body_left);
-      g_byte_array_append (hc->body, data, (guint) n);
       hc->body_left -= n;
+      hc->body_bytes += n;
+      if (req->stream_body)
+        {
+          if (n > 0)
+            weft_http_body_deliver (req, data, n, FALSE);
+        }
+      else
+        g_byte_array_append (hc->body, data, (guint) n);
       return (gssize) n;
     }
   gsize used_total = 0;
@@ -571,7 +512,15 @@ take_body (HttpConn *hc, const guint8 *data, gsize len)
           return -1;
         }
       if (piece_len > 0)
-        g_byte_array_append (hc->body, (const guint8 *) piece, (guint) piece_len);
+        {
+          hc->body_bytes += piece_len;
+          if (req->stream_body)
+            weft_http_body_deliver (req, (const guint8 *) piece, piece_len, FALSE);
+          else
+            g_byte_array_append (hc->body, (const guint8 *) piece, (guint) piece_len);
+          if (hc->closed || hc->reading != req)
+            return -1; /* the reader closed or failed the request */
+        }
       used_total += (gsize) used;
       if (done)
         {
@@ -591,16 +540,57 @@ static void
 body_complete (HttpConn *hc)
 {
   WeftHttpRequest *req = hc->reading;
+  hc->reading = NULL;
+  stop_timer (hc);
+  if (req->stream_body)
+    {
+      weft_http_body_deliver (req, NULL, 0, TRUE);
+      if (!hc->closed)
+        weft_http_flush_ready (hc);
+      return;
+    }
   req->body = g_byte_array_free_to_bytes (hc->body);
   hc->body = NULL;
   if (atomic_load (&req->responded))
     {
       /* Answered before its body ended (refused early): it may go now. */
-      hc->reading = NULL;
-      flush_ready (hc);
+      weft_http_flush_ready (hc);
       return;
     }
   dispatch (hc, req);
+}
+
+/* A streamed body's handler asked for it: read on. */
+void
+weft_http_resume_body (HttpConn *hc)
+{
+  if (hc->closed || !hc->body_paused)
+    return;
+  hc->body_paused = FALSE;
+  hc->body_last_us = g_get_monotonic_time ();
+  weft_connection_start_reading (hc->conn, on_data, hc, NULL);
+}
+
+static void
+start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
+{
+  const guint64 *limit = hc->server->limit;
+  hc->reading = req;
+  hc->chunked = head->body == WEFT_HTTP_BODY_CHUNKED;
+  hc->body_bytes = 0;
+  hc->body_start_us = hc->body_last_us = req->start_us;
+  if (hc->chunked)
+    {
+      weft_http_chunked_init (&hc->dec, limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES]);
+      hc->body_left = 1;
+    }
+  else
+    hc->body_left = head->content_length;
+  if (!req->stream_body)
+    hc->body = g_byte_array_sized_new ((guint) MIN (hc->chunked ? 0 : head->content_length,
+                                                   65536));
+  if (limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 || limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0)
+    hc->timer = weft_context_add_timeout (hc->ctx, BODY_CHECK_MS, body_check, hc, NULL);
 }
 
 static gsize
@@ -611,20 +601,31 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   gsize consumed = 0;
   WeftHttpHeader headers[MAX_HEADERS];
 
+  hc->idle_since = 0;
   while (consumed < len && !hc->closing && !hc->closed)
     {
       if (hc->reading != NULL)
         {
+          WeftHttpRequest *req = hc->reading;
+          if (req->stream_body && !atomic_load (&req->body_wanted))
+            {
+              /* Its handler has not asked for the body (yet). */
+              hc->body_paused = TRUE;
+              weft_connection_stop_reading (conn);
+              break;
+            }
           gssize n = take_body (hc, data + consumed, len - consumed);
           if (n < 0)
             return len;
           consumed += (gsize) n;
+          if (hc->closed || hc->reading != req)
+            return len;
           if (hc->body_left > 0)
             break; /* wait for more */
           body_complete (hc);
           continue;
         }
-      if (g_queue_get_length (&hc->pending) >= MAX_PIPELINE)
+      if (g_queue_get_length (&hc->pending) >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
           /* Enough unanswered requests: read on once they are answered. */
           hc->paused = TRUE;
@@ -637,9 +638,10 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
                                           &server->limits, &head, headers, MAX_HEADERS, &status);
       if (r == WEFT_HTTP_INCOMPLETE)
         {
-          if (hc->timer == 0 && server->request_timeout_ms != 0)
-            hc->timer = weft_context_add_timeout (hc->ctx, server->request_timeout_ms,
-                                                  request_timed_out, hc, NULL);
+          if (hc->timer == 0 && server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] != 0)
+            hc->timer = weft_context_add_timeout (
+                hc->ctx, (guint) server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS],
+                header_timed_out, hc, NULL);
           break;
         }
       if (r == WEFT_HTTP_ERROR)
@@ -647,6 +649,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           fail_request (hc, status);
           return len;
         }
+      stop_timer (hc);
       WeftHttpRequest *req = take_head (hc, (const char *) data + consumed, (gsize) r, &head);
       consumed += (gsize) r;
       if (head.body == WEFT_HTTP_BODY_NONE)
@@ -655,27 +658,14 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           dispatch (hc, req);
           continue;
         }
-      hc->reading = req;
-      hc->chunked = head.body == WEFT_HTTP_BODY_CHUNKED;
-      if (hc->chunked)
-        {
-          hc->body = g_byte_array_new ();
-          weft_http_chunked_init (&hc->dec, server->limits.max_body);
-          hc->body_left = 1;
-        }
-      else
-        {
-          hc->body = g_byte_array_sized_new ((guint) MIN (head.content_length, 65536));
-          hc->body_left = head.content_length;
-        }
-      if (req->expect_continue && consumed == len && g_queue_peek_head (&hc->pending) == req)
+      start_body (hc, req, &head);
+      if (req->stream_body)
+        dispatch (hc, req); /* the handler decides whether to read the body */
+      else if (req->expect_continue && consumed == len && g_queue_peek_head (&hc->pending) == req)
         {
           static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
           weft_connection_write (conn, (const guint8 *) cont, sizeof cont - 1);
         }
-      if (hc->timer == 0 && server->request_timeout_ms != 0)
-        hc->timer = weft_context_add_timeout (hc->ctx, server->request_timeout_ms,
-                                              request_timed_out, hc, NULL);
     }
   return consumed;
 }
@@ -683,7 +673,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
 static void
 hc_free_notify (gpointer data)
 {
-  hc_unref (data);
+  weft_http_conn_unref (data);
 }
 
 static void
@@ -700,8 +690,14 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   pthread_mutex_lock (&server->live_lock);
   g_hash_table_add (server->live, hc);
   pthread_mutex_unlock (&server->live_lock);
-  if (server->keepalive_ms != 0)
-    weft_connection_set_idle_timeout (conn, server->keepalive_ms);
+  guint64 ka = server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  if (ka != 0)
+    {
+      hc->idle_since = g_get_monotonic_time ();
+      hc->ka_timer = weft_context_add_timeout (hc->ctx, (guint) ka, keepalive_check, hc, NULL);
+    }
+  if (server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] != 0)
+    weft_connection_set_write_timeout (conn, (guint) server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS]);
   /* Answers are whole messages written at once: Nagle could only hold
    * back the last segment of one behind an unacknowledged previous one. */
   int one = 1;
@@ -719,10 +715,7 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
  * Creates an HTTP/1.1 server. Add sockets (and TLS) through
  * weft_http_server_get_listener(), handlers with
  * weft_http_server_add_handler(), then call weft_http_server_start().
- *
- * Defaults: 8 MiB request bodies, 8 KiB targets, 16 KiB heads, 100 header
- * lines; a request must arrive whole within 20 s (else 408), an idle
- * keep-alive connection is closed after 30 s.
+ * Limits and timeouts have safe defaults (see #WeftHttpLimit).
  *
  * Returns: (transfer full): a new server
  */
@@ -735,10 +728,8 @@ weft_http_server_new (WeftEngine *engine)
   /* Borrowed, like the listener's: connections keep the server alive and
    * may drop it on a worker, where an engine must not die. */
   self->engine = engine;
-  self->routes = g_ptr_array_new ();
-  weft_http_limits_init (&self->limits);
-  self->request_timeout_ms = DEFAULT_REQUEST_TIMEOUT_MS;
-  self->keepalive_ms = DEFAULT_KEEPALIVE_MS;
+  self->router = weft_http_router_new ();
+  memcpy (self->limit, default_limit, sizeof self->limit);
   self->listener = weft_listener_new (engine, on_accept, self, NULL);
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
@@ -764,7 +755,7 @@ weft_http_server_ref (WeftHttpServer *self)
  * @self: (transfer full): a server
  *
  * Drops a reference. Live connections hold their own; to stop serving,
- * shut the listener down (weft_listener_shutdown()).
+ * use weft_http_server_shutdown().
  */
 void
 weft_http_server_unref (WeftHttpServer *self)
@@ -773,16 +764,9 @@ weft_http_server_unref (WeftHttpServer *self)
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   weft_listener_unref (self->listener);
-  for (guint i = 0; i < self->routes->len; i++)
-    {
-      Route *r = self->routes->pdata[i];
-      if (r->notify != NULL)
-        r->notify (r->data);
-      g_free (r->method);
-      g_free (r->path);
-      g_free (r);
-    }
-  g_ptr_array_unref (self->routes);
+  weft_http_router_free (self->router);
+  if (self->log != NULL)
+    weft_http_access_log_free (self->log);
   g_hash_table_unref (self->live);
   pthread_mutex_destroy (&self->live_lock);
   g_free (self);
@@ -793,8 +777,7 @@ weft_http_server_unref (WeftHttpServer *self)
  * @self: a server
  *
  * The listener that accepts the server's connections: add addresses to it
- * (weft_listener_add_tcp() and friends), set TLS, limits, and shut it down
- * to stop.
+ * (weft_listener_add_tcp() and friends) and set TLS on it.
  *
  * Returns: (transfer none): the listener
  */
@@ -806,64 +789,140 @@ weft_http_server_get_listener (WeftHttpServer *self)
 }
 
 /**
- * weft_http_server_add_handler:
+ * weft_http_server_add_handler_full:
  * @self: a server, not started yet
  * @method: (nullable): the method to serve ("GET", "POST", ...), or %NULL
  *   for any; a GET handler also answers HEAD unless a HEAD handler exists
- * @path: an exact path ("/echo"), or a prefix followed by a star (as in "/static/" then "*")
+ * @path: the path pattern: segments separated by '/', each literal or a
+ *   whole `{name}` segment (read with weft_http_request_get_param()),
+ *   optionally ending in a star for a prefix ("/static/" then "*"); or
+ *   exactly "*" for `OPTIONS *`
+ * @flags: how the handler gets the body
  * @func: (scope notified) (closure user_data) (destroy notify): the handler
  * @user_data: data for @func
  * @notify: (nullable): frees @user_data with the server
  *
  * Routes matching requests to @func. The first matching handler, in the
- * order they were added, serves a request; without one the answer is 404.
+ * order they were added, serves a request. Literal segments match the
+ * percent-decoded path. Without a match the answer is 404, or 405 (with
+ * Allow) if other methods have a handler for the path; a malformed or NUL
+ * percent-escape in a segment gets 400.
  */
 void
-weft_http_server_add_handler (WeftHttpServer *self, const gchar *method, const gchar *path,
-                              WeftHttpHandler func, gpointer user_data, GDestroyNotify notify)
+weft_http_server_add_handler_full (WeftHttpServer *self, const gchar *method, const gchar *path,
+                                   WeftHttpHandlerFlags flags, WeftHttpHandler func,
+                                   gpointer user_data, GDestroyNotify notify)
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (path != NULL && path[0] != '\0');
   g_return_if_fail (func != NULL);
   g_return_if_fail (!self->started);
-  Route *r = g_new0 (Route, 1);
-  r->method = g_strdup (method);
-  gsize n = strlen (path);
-  r->prefix = path[n - 1] == '*';
-  r->path = g_strndup (path, r->prefix ? n - 1 : n);
-  r->func = func;
-  r->data = user_data;
-  r->notify = notify;
-  g_ptr_array_add (self->routes, r);
+  if (!weft_http_router_add (self->router, method, path, flags, func, user_data, notify))
+    g_critical ("weft_http_server_add_handler: malformed path pattern \"%s\"", path);
+}
+
+/**
+ * weft_http_server_add_handler:
+ * @self: a server, not started yet
+ * @method: (nullable): the method, or %NULL for any
+ * @path: the path pattern (see weft_http_server_add_handler_full())
+ * @func: (scope notified) (closure user_data) (destroy notify): the handler
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data with the server
+ *
+ * weft_http_server_add_handler_full() with %WEFT_HTTP_HANDLER_DEFAULT:
+ * the handler runs once the whole body has arrived.
+ */
+void
+weft_http_server_add_handler (WeftHttpServer *self, const gchar *method, const gchar *path,
+                              WeftHttpHandler func, gpointer user_data, GDestroyNotify notify)
+{
+  weft_http_server_add_handler_full (self, method, path, WEFT_HTTP_HANDLER_DEFAULT, func,
+                                     user_data, notify);
+}
+
+/**
+ * weft_http_server_set_limit:
+ * @self: a server, not started yet
+ * @limit: which limit
+ * @value: its new value (see #WeftHttpLimit for units and defaults)
+ *
+ * Sets one of the server's limits or timeouts.
+ */
+void
+weft_http_server_set_limit (WeftHttpServer *self, WeftHttpLimit limit, guint64 value)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail ((guint) limit <= WEFT_HTTP_LIMIT_MAX_PIPELINE);
+  g_return_if_fail (!self->started);
+  switch (limit)
+    {
+    case WEFT_HTTP_LIMIT_MAX_HEADERS:
+      g_return_if_fail (value >= 1 && value <= MAX_HEADERS);
+      break;
+    case WEFT_HTTP_LIMIT_MAX_PIPELINE:
+    case WEFT_HTTP_LIMIT_MAX_TARGET_BYTES:
+    case WEFT_HTTP_LIMIT_MAX_HEAD_BYTES:
+      g_return_if_fail (value >= 1);
+      break;
+    case WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS:
+    case WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS:
+    case WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS:
+    case WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS:
+    case WEFT_HTTP_LIMIT_MAX_CONNECTIONS:
+      g_return_if_fail (value <= G_MAXUINT);
+      break;
+    default:
+      break;
+    }
+  self->limit[limit] = value;
+}
+
+/**
+ * weft_http_server_get_limit:
+ * @self: a server
+ * @limit: which limit
+ *
+ * Returns: the limit's value
+ */
+guint64
+weft_http_server_get_limit (WeftHttpServer *self, WeftHttpLimit limit)
+{
+  g_return_val_if_fail (self != NULL, 0);
+  g_return_val_if_fail ((guint) limit <= WEFT_HTTP_LIMIT_MAX_PIPELINE, 0);
+  return self->limit[limit];
 }
 
 /**
  * weft_http_server_set_max_body:
  * @self: a server, not started yet
  * @max_bytes: the largest request body accepted; larger ones get 413
+ *
+ * Sets %WEFT_HTTP_LIMIT_MAX_BODY_BYTES.
  */
 void
 weft_http_server_set_max_body (WeftHttpServer *self, guint64 max_bytes)
 {
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (!self->started);
-  self->limits.max_body = max_bytes;
+  weft_http_server_set_limit (self, WEFT_HTTP_LIMIT_MAX_BODY_BYTES, max_bytes);
 }
 
 /**
  * weft_http_server_set_timeouts:
  * @self: a server, not started yet
- * @request_ms: the time a request's head and body may take to arrive,
- *   from its first byte (408 after it); 0 for none
- * @keepalive_ms: how long an idle connection is kept; 0 for ever
+ * @request_ms: the header timeout and the body timeout (408 after them);
+ *   0 for none
+ * @keepalive_ms: how long a connection between requests is kept; 0 for
+ *   ever
+ *
+ * Sets %WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, %WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS
+ * and %WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS.
  */
 void
 weft_http_server_set_timeouts (WeftHttpServer *self, guint request_ms, guint keepalive_ms)
 {
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (!self->started);
-  self->request_timeout_ms = request_ms;
-  self->keepalive_ms = keepalive_ms;
+  weft_http_server_set_limit (self, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, request_ms);
+  weft_http_server_set_limit (self, WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, request_ms);
+  weft_http_server_set_limit (self, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
 }
 
 /**
@@ -882,6 +941,13 @@ weft_http_server_start (WeftHttpServer *self, GError **error)
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
   g_return_val_if_fail (!self->started, FALSE);
   self->started = TRUE;
+  weft_http_limits_init (&self->limits);
+  self->limits.max_target = (gsize) self->limit[WEFT_HTTP_LIMIT_MAX_TARGET_BYTES];
+  self->limits.max_head = (gsize) self->limit[WEFT_HTTP_LIMIT_MAX_HEAD_BYTES];
+  self->limits.max_headers = (gsize) self->limit[WEFT_HTTP_LIMIT_MAX_HEADERS];
+  self->limits.max_body = self->limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES];
+  weft_listener_set_max_connections (self->listener,
+                                     (guint) self->limit[WEFT_HTTP_LIMIT_MAX_CONNECTIONS]);
   return weft_listener_start (self->listener, error);
 }
 
@@ -898,219 +964,63 @@ weft_http_server_get_n_requests (WeftHttpServer *self)
   return atomic_load (&self->n_requests);
 }
 
-/* ---- requests ----------------------------------------------------------- */
-
 /**
- * weft_http_request_ref:
- * @self: a request
+ * weft_http_server_get_status_json:
+ * @self: a server
  *
- * Returns: (transfer full): @self
+ * The server's counters as a JSON object: requests, answers by status
+ * class, a latency histogram (from a request's head to its answer being
+ * queued whole, in power-of-two microsecond buckets), live connections,
+ * and the engine's stats. This is what `examples/weft-httpd` serves at
+ * `/_weft/status`.
+ *
+ * Returns: (transfer full): the JSON text
  */
-WeftHttpRequest *
-weft_http_request_ref (WeftHttpRequest *self)
+gchar *
+weft_http_server_get_status_json (WeftHttpServer *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
-  g_atomic_int_inc (&self->ref_count);
-  return self;
-}
-
-/**
- * weft_http_request_unref:
- * @self: (transfer full): a request
- *
- * Drops a reference. A request dropped unanswered by everyone holds up
- * the connection's later answers until the connection closes: answer
- * every request.
- */
-void
-weft_http_request_unref (WeftHttpRequest *self)
-{
-  g_return_if_fail (self != NULL);
-  if (!g_atomic_int_dec_and_test (&self->ref_count))
-    return;
-  HttpConn *hc = self->hc;
-  g_free (self->head);
-  g_free (self->headers);
-  if (self->body != NULL)
-    g_bytes_unref (self->body);
-  if (self->extra != NULL)
-    g_string_free (self->extra, TRUE);
-  if (self->resp_head != NULL)
-    g_bytes_unref (self->resp_head);
-  if (self->resp_body != NULL)
-    g_bytes_unref (self->resp_body);
-  if (self->resp_fd >= 0)
-    close (self->resp_fd);
-  g_free (self);
-  hc_unref (hc);
-}
-
-/**
- * weft_http_request_get_method:
- * @self: a request
- *
- * Returns: the method, such as "GET"
- */
-const gchar *
-weft_http_request_get_method (WeftHttpRequest *self)
-{
-  g_return_val_if_fail (self != NULL, NULL);
-  return self->method;
-}
-
-/**
- * weft_http_request_get_path:
- * @self: a request
- *
- * Returns: the target's path, as sent (not percent-decoded), such as
- *   "/a/b"; "*" for "OPTIONS *"
- */
-const gchar *
-weft_http_request_get_path (WeftHttpRequest *self)
-{
-  g_return_val_if_fail (self != NULL, NULL);
-  return self->path;
-}
-
-/**
- * weft_http_request_get_query:
- * @self: a request
- *
- * Returns: the query after '?', as sent; "" if none
- */
-const gchar *
-weft_http_request_get_query (WeftHttpRequest *self)
-{
-  g_return_val_if_fail (self != NULL, NULL);
-  return self->query;
-}
-
-/**
- * weft_http_request_get_header:
- * @self: a request
- * @name: a header name, in any case
- *
- * Returns: (nullable): the value of the first header called @name, without
- *   surrounding whitespace, or %NULL
- */
-const gchar *
-weft_http_request_get_header (WeftHttpRequest *self, const gchar *name)
-{
-  g_return_val_if_fail (self != NULL, NULL);
-  g_return_val_if_fail (name != NULL, NULL);
-  for (gsize i = 0; i < self->n_headers; i++)
-    if (g_ascii_strcasecmp (self->headers[i].name.ptr, name) == 0)
-      return self->headers[i].value.ptr;
-  return NULL;
-}
-
-/**
- * weft_http_request_get_body:
- * @self: a request
- *
- * Returns: (transfer none): the body, de-chunked; empty if none
- */
-GBytes *
-weft_http_request_get_body (WeftHttpRequest *self)
-{
-  g_return_val_if_fail (self != NULL, NULL);
-  return self->body;
-}
-
-/**
- * weft_http_request_add_response_header:
- * @self: a request not answered yet
- * @name: a header name (a token)
- * @value: its value (no CR or LF)
- *
- * Adds a header to the answer. Date, Content-Length and Connection are the
- * server's.
- */
-void
-weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
-                                       const gchar *value)
-{
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (name != NULL && name[0] != '\0' && strpbrk (name, ":\r\n \t") == NULL);
-  g_return_if_fail (value != NULL && strpbrk (value, "\r\n") == NULL);
-  g_return_if_fail (!atomic_load (&self->responded));
-  if (self->extra == NULL)
-    self->extra = g_string_new (NULL);
-  g_string_append_printf (self->extra, "%s: %s\r\n", name, value);
-}
-
-/**
- * weft_http_request_respond:
- * @self: a request not answered yet
- * @status: the status code (200 to 599)
- * @content_type: (nullable): the Content-Type, or %NULL
- * @body: (array length=len) (nullable): the body (copied)
- * @len: its length
- *
- * Answers the request, from any thread. Answers go out in the order the
- * requests came. The body is left out for HEAD.
- */
-void
-weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *content_type,
-                           const guint8 *body, gsize len)
-{
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
-  g_return_if_fail (body != NULL || len == 0);
-  respond_common (self, status, content_type, body, len, NULL);
-}
-
-/**
- * weft_http_request_respond_bytes:
- * @self: a request not answered yet
- * @status: the status code (200 to 599)
- * @content_type: (nullable): the Content-Type, or %NULL
- * @body: the body, referenced (large bodies are not copied)
- *
- * Like weft_http_request_respond() with a #GBytes body.
- */
-void
-weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gchar *content_type,
-                                 GBytes *body)
-{
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
-  g_return_if_fail (body != NULL);
-  respond_common (self, status, content_type, NULL, 0, body);
-}
-
-/**
- * weft_http_request_respond_file:
- * @self: a request not answered yet
- * @status: the status code (200 to 599)
- * @content_type: (nullable): the Content-Type, or %NULL
- * @fd: a regular file open for reading; the request owns it from now on
- *   and closes it
- * @offset: where the body starts in the file
- * @length: the body's length
- *
- * Answers with part of a file as the body, sent with sendfile() (or read
- * and encrypted under TLS), never copied into memory whole.
- */
-void
-weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar *content_type,
-                                gint fd, guint64 offset, guint64 length)
-{
-  g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
-  g_return_if_fail (fd >= 0);
-  if (atomic_load (&self->responded))
+  WeftEngineStats st;
+  weft_engine_get_stats (self->engine, &st);
+  GString *s = g_string_new ("{\n");
+  g_string_append_printf (s,
+                          "  \"requests\": %" G_GUINT64_FORMAT ",\n"
+                          "  \"connections\": {\"live\": %u, \"accepted\": %" G_GUINT64_FORMAT
+                          ", \"tls_failed\": %" G_GUINT64_FORMAT "},\n",
+                          atomic_load (&self->n_requests),
+                          weft_listener_get_n_connections (self->listener),
+                          weft_listener_get_n_accepted (self->listener),
+                          weft_listener_get_n_tls_failed (self->listener));
+  g_string_append (s, "  \"responses\": {");
+  for (guint c = 1; c <= 5; c++)
+    g_string_append_printf (s, "%s\"%uxx\": %" G_GUINT64_FORMAT, c > 1 ? ", " : "", c,
+                            atomic_load (&self->n_status[c]));
+  g_string_append (s, "},\n  \"latency_us\": [");
+  gboolean first = TRUE;
+  for (guint b = 0; b < WEFT_HTTP_LATENCY_BUCKETS; b++)
     {
-      close (fd);
-      g_critical ("weft_http_request_respond_file: request already answered");
-      return;
+      guint64 n = atomic_load (&self->latency[b]);
+      if (n == 0)
+        continue;
+      /* Bucket b holds latencies below 2^(b+1) µs (the last: the rest). */
+      if (b + 1 < WEFT_HTTP_LATENCY_BUCKETS)
+        g_string_append_printf (s, "%s{\"le\": %" G_GUINT64_FORMAT ", \"count\": %" G_GUINT64_FORMAT "}",
+                                first ? "" : ", ", (guint64) 1 << (b + 1), n);
+      else
+        g_string_append_printf (s, "%s{\"le\": null, \"count\": %" G_GUINT64_FORMAT "}",
+                                first ? "" : ", ", n);
+      first = FALSE;
     }
-  self->resp_fd = fd;
-  self->resp_off = offset;
-  self->resp_len = length;
-  respond_common (self, status, content_type, NULL, 0, NULL);
+  g_string_append_printf (s,
+                          "],\n  \"engine\": {\"workers\": %u, \"sleeping\": %u, \"contexts\": %"
+                          G_GUINT64_FORMAT ", \"jobs_run\": %" G_GUINT64_FORMAT
+                          ", \"polls\": %" G_GUINT64_FORMAT ", \"wakeups\": %" G_GUINT64_FORMAT
+                          ", \"fd_events\": %" G_GUINT64_FORMAT ", \"timers_fired\": %"
+                          G_GUINT64_FORMAT "}\n}\n",
+                          st.n_workers, st.n_sleeping, st.n_contexts, st.jobs_run, st.polls,
+                          st.wakeups, st.fd_events, st.timers_fired);
+  return g_string_free (s, FALSE);
 }
-
 
 /* On a connection's context during shutdown: an idle keep-alive
  * connection closes now; a busy one answers what it has (with
@@ -1138,10 +1048,9 @@ wind_down_job (gpointer data)
  * @user_data: data for @func
  * @notify: (nullable): frees @user_data
  *
- * Graceful stop, from any thread that is not one of the engine's workers
- * or from one: stops accepting, closes idle keep-alive connections at
- * once, lets requests in flight be answered (each answer then closes its
- * connection), and aborts what is left after @timeout_ms.
+ * Graceful stop, from any thread: stops accepting, closes idle keep-alive
+ * connections at once, lets requests in flight be answered (each answer
+ * then closes its connection), and aborts what is left after @timeout_ms.
  */
 void
 weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerDoneFunc func,
@@ -1156,7 +1065,8 @@ weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerD
   while (g_hash_table_iter_next (&it, &key, NULL))
     {
       HttpConn *hc = key;
-      weft_context_post (hc->ctx, wind_down_job, hc_ref (hc), (GDestroyNotify) hc_unref);
+      weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
+                         (GDestroyNotify) weft_http_conn_unref);
     }
   pthread_mutex_unlock (&self->live_lock);
   weft_listener_shutdown (self->listener, timeout_ms, func, user_data, notify);

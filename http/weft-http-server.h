@@ -33,6 +33,100 @@ typedef struct _WeftHttpRequest WeftHttpRequest;
 typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *request,
                                  gpointer user_data);
 
+/**
+ * WeftHttpHandlerFlags:
+ * @WEFT_HTTP_HANDLER_DEFAULT: the handler runs once the whole body has
+ *   arrived (weft_http_request_get_body())
+ * @WEFT_HTTP_HANDLER_STREAM_BODY: the handler runs as soon as the head has
+ *   arrived; it reads the body piece by piece with
+ *   weft_http_request_read_body(), or answers without reading it (for
+ *   example 413 or 417 to an `Expect: 100-continue` request, which then
+ *   gets no 100; the connection closes after such an answer)
+ *
+ * How a handler gets the request body.
+ */
+typedef enum {
+  WEFT_HTTP_HANDLER_DEFAULT = 0,
+  WEFT_HTTP_HANDLER_STREAM_BODY = 1 << 0,
+} WeftHttpHandlerFlags;
+
+/**
+ * WeftHttpLimit:
+ * @WEFT_HTTP_LIMIT_MAX_TARGET_BYTES: request-target bytes (default 8 KiB);
+ *   over it: 414
+ * @WEFT_HTTP_LIMIT_MAX_HEAD_BYTES: request line and header section bytes
+ *   (default 16 KiB); over it: 431
+ * @WEFT_HTTP_LIMIT_MAX_HEADERS: header lines (default 100, at most 256);
+ *   over it: 431
+ * @WEFT_HTTP_LIMIT_MAX_BODY_BYTES: request body bytes (default 8 MiB);
+ *   over it: 413
+ * @WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS: time from a request's first byte to
+ *   the end of its head (default 20 s; 0: none); over it: 408 and close
+ * @WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS: time without a body byte while a body
+ *   is expected (default 20 s; 0: none); over it: 408 and close
+ * @WEFT_HTTP_LIMIT_BODY_MIN_RATE: bytes per second a body must average,
+ *   checked from 10 s after it started (default 256; 0: none); below it:
+ *   408 and close
+ * @WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS: how long a connection with no
+ *   request in progress is kept (default 30 s; 0: for ever)
+ * @WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS: how long output may wait with the
+ *   peer taking none of it (default 60 s; 0: none); then the connection
+ *   is aborted
+ * @WEFT_HTTP_LIMIT_MAX_CONNECTIONS: live connections (default: the
+ *   listener's); accepting pauses at the limit
+ * @WEFT_HTTP_LIMIT_MAX_PIPELINE: parsed, unanswered requests on one
+ *   connection (default 32); reading pauses at the limit
+ *
+ * The limits of weft_http_server_set_limit().
+ */
+typedef enum {
+  WEFT_HTTP_LIMIT_MAX_TARGET_BYTES,
+  WEFT_HTTP_LIMIT_MAX_HEAD_BYTES,
+  WEFT_HTTP_LIMIT_MAX_HEADERS,
+  WEFT_HTTP_LIMIT_MAX_BODY_BYTES,
+  WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS,
+  WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS,
+  WEFT_HTTP_LIMIT_BODY_MIN_RATE,
+  WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS,
+  WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS,
+  WEFT_HTTP_LIMIT_MAX_CONNECTIONS,
+  WEFT_HTTP_LIMIT_MAX_PIPELINE,
+} WeftHttpLimit;
+
+/**
+ * WeftHttpProducer:
+ * @request: the request whose streamed answer wants more
+ * @user_data: the data given with the producer
+ *
+ * Produces a streamed answer's body (weft_http_request_respond_stream()).
+ * Called on the connection's context once the answer's head is on its
+ * way, and again each time the connection can take more, for as long as
+ * it returns %TRUE. It writes with weft_http_request_write() and ends
+ * with weft_http_request_finish().
+ *
+ * Returns: %TRUE if it wrote something and has more to write; %FALSE to
+ *   be called no more (it finished, or other code writes from now on)
+ */
+typedef gboolean (*WeftHttpProducer) (WeftHttpRequest *request, gpointer user_data);
+
+/**
+ * WeftHttpBodyFunc:
+ * @request: the request
+ * @data: (array length=len) (element-type guint8): the next piece of the
+ *   body, de-chunked, valid during the call
+ * @len: its length (0 only with @done)
+ * @done: %TRUE on the last call: the body is complete
+ * @user_data: the data given to weft_http_request_read_body()
+ *
+ * Receives a streamed request body on the connection's context.
+ */
+typedef void (*WeftHttpBodyFunc) (WeftHttpRequest *request, const guint8 *data, gsize len,
+                                  gboolean done, gpointer user_data);
+
+WEFT_AVAILABLE_IN_ALL
+GType weft_http_handler_flags_get_type (void) G_GNUC_CONST;
+WEFT_AVAILABLE_IN_ALL
+GType weft_http_limit_get_type (void) G_GNUC_CONST;
 WEFT_AVAILABLE_IN_ALL
 GType weft_http_server_get_type (void) G_GNUC_CONST;
 WEFT_AVAILABLE_IN_ALL
@@ -50,6 +144,20 @@ WEFT_AVAILABLE_IN_ALL
 void weft_http_server_add_handler (WeftHttpServer *self, const gchar *method, const gchar *path,
                                    WeftHttpHandler func, gpointer user_data,
                                    GDestroyNotify notify);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_server_add_handler_full (WeftHttpServer *self, const gchar *method,
+                                        const gchar *path, WeftHttpHandlerFlags flags,
+                                        WeftHttpHandler func, gpointer user_data,
+                                        GDestroyNotify notify);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_server_set_limit (WeftHttpServer *self, WeftHttpLimit limit, guint64 value);
+WEFT_AVAILABLE_IN_ALL
+guint64 weft_http_server_get_limit (WeftHttpServer *self, WeftHttpLimit limit);
+WEFT_AVAILABLE_IN_ALL
+gboolean weft_http_server_set_access_log (WeftHttpServer *self, const gchar *path,
+                                          GError **error);
+WEFT_AVAILABLE_IN_ALL
+gchar *weft_http_server_get_status_json (WeftHttpServer *self);
 WEFT_AVAILABLE_IN_ALL
 void weft_http_server_set_max_body (WeftHttpServer *self, guint64 max_bytes);
 WEFT_AVAILABLE_IN_ALL
@@ -76,7 +184,16 @@ const gchar *weft_http_request_get_query (WeftHttpRequest *self);
 WEFT_AVAILABLE_IN_ALL
 const gchar *weft_http_request_get_header (WeftHttpRequest *self, const gchar *name);
 WEFT_AVAILABLE_IN_ALL
+const gchar *weft_http_request_get_param (WeftHttpRequest *self, const gchar *name);
+WEFT_AVAILABLE_IN_ALL
+const gchar *weft_http_request_get_query_param (WeftHttpRequest *self, const gchar *name);
+WEFT_AVAILABLE_IN_ALL
+GHashTable *weft_http_request_get_query_params (WeftHttpRequest *self);
+WEFT_AVAILABLE_IN_ALL
 GBytes *weft_http_request_get_body (WeftHttpRequest *self);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_request_read_body (WeftHttpRequest *self, WeftHttpBodyFunc func,
+                                  gpointer user_data, GDestroyNotify notify);
 WEFT_AVAILABLE_IN_ALL
 void weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
                                             const gchar *value);
@@ -90,6 +207,16 @@ WEFT_AVAILABLE_IN_ALL
 void weft_http_request_respond_file (WeftHttpRequest *self, guint status,
                                      const gchar *content_type, gint fd, guint64 offset,
                                      guint64 length);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_request_respond_stream (WeftHttpRequest *self, guint status,
+                                       const gchar *content_type, WeftHttpProducer producer,
+                                       gpointer user_data, GDestroyNotify notify);
+WEFT_AVAILABLE_IN_ALL
+gboolean weft_http_request_write (WeftHttpRequest *self, const guint8 *data, gsize len);
+WEFT_AVAILABLE_IN_ALL
+gboolean weft_http_request_write_bytes (WeftHttpRequest *self, GBytes *bytes);
+WEFT_AVAILABLE_IN_ALL
+void weft_http_request_finish (WeftHttpRequest *self);
 WEFT_AVAILABLE_IN_ALL
 gboolean weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix,
                                          const gchar *root, GError **error);

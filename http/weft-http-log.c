@@ -1,0 +1,222 @@
+/* weft-http-log.c: the access log, off the hot path.
+ *
+ * A finished request appends one line (the Combined Log Format plus the
+ * latency in microseconds) to a shared buffer under a short lock; a
+ * thread of the log's own writes the buffer out every 100 ms, or at once
+ * when it passes 64 KiB, so no worker ever waits on the disk. If the disk
+ * falls more than 4 MiB behind, lines are dropped and counted rather than
+ * letting memory grow.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-http-private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FLUSH_BYTES (64 * 1024)
+#define MAX_BACKLOG (4 * 1024 * 1024)
+
+struct _WeftHttpAccessLog {
+  int fd;
+  GThread *thread;
+  GMutex lock;
+  GCond cond;
+  GString *buf;    /* HOLDS: lock */
+  gboolean quit;   /* HOLDS: lock */
+  guint64 dropped; /* HOLDS: lock */
+};
+
+static void
+write_all (int fd, const char *p, gsize n)
+{
+  while (n > 0)
+    {
+      ssize_t w = write (fd, p, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        return; /* a log that cannot be written is not the server's failure */
+      p += w;
+      n -= (gsize) w;
+    }
+}
+
+static gpointer
+log_thread (gpointer data)
+{
+  WeftHttpAccessLog *log = data;
+  GString *out = g_string_new (NULL);
+  g_mutex_lock (&log->lock);
+  for (;;)
+    {
+      if (log->buf->len < FLUSH_BYTES && !log->quit)
+        g_cond_wait_until (&log->cond, &log->lock,
+                           g_get_monotonic_time () + 100 * G_TIME_SPAN_MILLISECOND);
+      GString *t = log->buf;
+      log->buf = out;
+      out = t;
+      gboolean quit = log->quit;
+      g_mutex_unlock (&log->lock);
+      write_all (log->fd, out->str, out->len);
+      g_string_truncate (out, 0);
+      g_mutex_lock (&log->lock);
+      if (quit && log->buf->len == 0)
+        break;
+    }
+  g_mutex_unlock (&log->lock);
+  g_string_free (out, TRUE);
+  return NULL;
+}
+
+WeftHttpAccessLog *
+weft_http_access_log_new (int fd)
+{
+  WeftHttpAccessLog *log = g_new0 (WeftHttpAccessLog, 1);
+  log->fd = fd;
+  g_mutex_init (&log->lock);
+  g_cond_init (&log->cond);
+  log->buf = g_string_sized_new (FLUSH_BYTES);
+  log->thread = g_thread_new ("weft-access-log", log_thread, log);
+  return log;
+}
+
+void
+weft_http_access_log_free (WeftHttpAccessLog *log)
+{
+  g_mutex_lock (&log->lock);
+  log->quit = TRUE;
+  g_cond_signal (&log->cond);
+  g_mutex_unlock (&log->lock);
+  g_thread_join (log->thread);
+  if (log->dropped > 0)
+    {
+      char line[96];
+      int n = g_snprintf (line, sizeof line, "# weft: %" G_GUINT64_FORMAT
+                          " access log lines dropped (disk too slow)\n", log->dropped);
+      write_all (log->fd, line, (gsize) n);
+    }
+  close (log->fd);
+  g_string_free (log->buf, TRUE);
+  g_mutex_clear (&log->lock);
+  g_cond_clear (&log->cond);
+  g_free (log);
+}
+
+/* A header value for the log: quotes, backslashes and controls escaped. */
+static void
+append_quoted (GString *s, const char *v)
+{
+  g_string_append_c (s, '"');
+  if (v == NULL)
+    g_string_append_c (s, '-');
+  else
+    for (const unsigned char *p = (const unsigned char *) v; *p != '\0'; p++)
+      {
+        if (*p == '"' || *p == '\\')
+          g_string_append_printf (s, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+          g_string_append_printf (s, "\\x%02x", *p);
+        else
+          g_string_append_c (s, (char) *p);
+      }
+  g_string_append_c (s, '"');
+}
+
+static const char *
+peer_of (HttpConn *hc)
+{
+  if (hc->peer == NULL)
+    {
+      GSocketAddress *a = weft_connection_get_peer_address (hc->conn);
+      if (G_IS_INET_SOCKET_ADDRESS (a))
+        hc->peer = g_inet_address_to_string (
+            g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (a)));
+      else
+        hc->peer = g_strdup ("-");
+      g_clear_object (&a);
+    }
+  return hc->peer;
+}
+
+/* On the request's context, once its answer is queued whole. */
+void
+weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req)
+{
+  GString *line = g_string_sized_new (200);
+  time_t now = time (NULL);
+  struct tm tm;
+  gmtime_r (&now, &tm);
+  char when[40];
+  strftime (when, sizeof when, "%d/%b/%Y:%H:%M:%S +0000", &tm);
+  g_string_append_printf (line, "%s - - [%s] ", peer_of (req->hc), when);
+  if (req->head != NULL)
+    {
+      GString *rl = g_string_new (req->method);
+      g_string_append_printf (rl, " %s%s%s HTTP/1.%u", req->path, req->query[0] ? "?" : "",
+                              req->query, req->minor);
+      append_quoted (line, rl->str);
+      g_string_free (rl, TRUE);
+    }
+  else
+    append_quoted (line, NULL); /* no head: a request refused while parsing */
+  g_string_append_printf (line, " %u %" G_GUINT64_FORMAT " ", req->status, req->bytes_out);
+  append_quoted (line, req->head != NULL ? weft_http_request_get_header (req, "Referer") : NULL);
+  g_string_append_c (line, ' ');
+  append_quoted (line, req->head != NULL ? weft_http_request_get_header (req, "User-Agent") : NULL);
+  g_string_append_printf (line, " %" G_GINT64_FORMAT "\n", g_get_monotonic_time () - req->start_us);
+
+  g_mutex_lock (&log->lock);
+  if (log->buf->len + line->len > MAX_BACKLOG)
+    log->dropped++;
+  else
+    {
+      g_string_append_len (log->buf, line->str, (gssize) line->len);
+      if (log->buf->len >= FLUSH_BYTES)
+        g_cond_signal (&log->cond);
+    }
+  g_mutex_unlock (&log->lock);
+  g_string_free (line, TRUE);
+}
+
+/**
+ * weft_http_server_set_access_log:
+ * @self: a server, not started yet
+ * @path: (type filename) (nullable): a file to append to, "-" for standard
+ *   error, or %NULL to turn the log off (the default)
+ * @error: return location for a #GError
+ *
+ * Logs every answered request, one line each in the Combined Log Format
+ * followed by the time from the request's head to its answer in
+ * microseconds. Lines are written by a thread of the log's own, so
+ * serving never waits on the disk.
+ *
+ * Returns: %TRUE on success; %FALSE if the file cannot be opened
+ */
+gboolean
+weft_http_server_set_access_log (WeftHttpServer *self, const gchar *path, GError **error)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  g_return_val_if_fail (!self->started, FALSE);
+  int fd = -1;
+  if (path != NULL && strcmp (path, "-") == 0)
+    fd = dup (STDERR_FILENO);
+  else if (path != NULL)
+    fd = open (path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (path != NULL && fd < 0)
+    {
+      int e = errno;
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (e), "cannot open access log %s: %s",
+                   path, g_strerror (e));
+      return FALSE;
+    }
+  if (self->log != NULL)
+    weft_http_access_log_free (self->log);
+  self->log = fd >= 0 ? weft_http_access_log_new (fd) : NULL;
+  return TRUE;
+}

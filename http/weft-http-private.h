@@ -1,0 +1,149 @@
+/* weft-http-private.h: the server's state, shared by weft-http-server.c
+ * (connections, requests in) and weft-http-request.c (the request API,
+ * answers out, streams).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "weft-http-server.h"
+#include "weft-http-parser.h"
+#include "weft-http-router.h"
+#include "weft-connection.h"
+#include "weft-context.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define WEFT_HTTP_BIG_BODY 16384      /* bodies above: written by reference */
+#define WEFT_HTTP_LATENCY_BUCKETS 24  /* log2 µs: [2^i, 2^(i+1)), last open */
+
+typedef struct _HttpConn HttpConn;
+typedef struct _WeftHttpAccessLog WeftHttpAccessLog;
+
+struct _WeftHttpServer {
+  gint ref_count;
+  WeftEngine *engine;
+  WeftListener *listener;
+  WeftHttpRouter *router;    /* fixed once started: read without a lock */
+  WeftHttpLimits limits;
+  guint64 limit[WEFT_HTTP_LIMIT_MAX_PIPELINE + 1];
+  gboolean started;
+  _Atomic guint64 n_requests;
+  _Atomic guint64 n_status[6]; /* by class: [1] 1xx ... [5] 5xx */
+  _Atomic guint64 latency[WEFT_HTTP_LATENCY_BUCKETS];
+  atomic_bool stopping;      /* no more keep-alive: close after each answer */
+  pthread_mutex_t live_lock;
+  GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
+  WeftHttpAccessLog *log;    /* NULL: off */
+};
+
+struct _WeftHttpRequest {
+  gint ref_count;
+  HttpConn *hc;             /* ref */
+  char *head;               /* the head's bytes, slices NUL-terminated in place */
+  const char *method;
+  const char *path;
+  const char *query;
+  WeftHttpHeader *headers;  /* into head */
+  gsize n_headers;
+  GBytes *body;
+  guint minor;
+  gboolean keep_alive;
+  gboolean is_head;         /* HEAD: no body in the response */
+  gboolean expect_continue;
+  gboolean has_body;        /* the request has a body to read */
+  GString *extra;           /* response headers added by the handler */
+  gint64 start_us;          /* head complete: latency and log */
+
+  /* Routing, decided when the head is complete. */
+  const WeftHttpRoute *route;
+  WeftHttpRouteResult route_result;
+  GString *allow;           /* for 405 */
+  WeftHttpParam *params;
+  guint n_params;
+  GHashTable *_Atomic query_table; /* decoded on first use */
+
+  /* The answer; set once (responded), written in arrival order. */
+  atomic_int responded;
+  GThread *_Atomic handler_thread; /* set while its handler runs */
+  guint status;
+  GBytes *resp_head;
+  GBytes *resp_body;
+  int resp_fd;              /* a file body (owned), or -1 */
+  guint64 resp_off;
+  guint64 resp_len;
+  guint64 bytes_out;        /* body bytes, for the log */
+  gboolean ready;           /* on the context: resp_* attached */
+  gboolean close_after;
+  gboolean head_sent;       /* on the context: resp_head written */
+
+  /* A streamed answer (weft_http_request_respond_stream()). Fields below
+   * are the context's, except where marked. */
+  gboolean streaming;       /* set before responded */
+  gboolean chunked_out;     /* chunked; else delimited by the close */
+  gboolean no_body_out;     /* HEAD, 204, 304: writes are dropped */
+  atomic_bool finish_called;     /* any thread */
+  gboolean stream_done;     /* the finish reached the context */
+  gboolean tail_sent;
+  GQueue stream_q;          /* GBytes written before the head could go */
+  WeftHttpProducer producer;
+  gpointer producer_data;
+  GDestroyNotify producer_notify;
+  gboolean producer_on;     /* call it again when there is room */
+  gboolean producer_queued;
+  guint64 producer_mark;    /* bytes_out when last called */
+
+  /* A streamed body (WEFT_HTTP_HANDLER_STREAM_BODY). */
+  gboolean stream_body;
+  atomic_bool body_wanted;  /* weft_http_request_read_body() was called */
+  WeftHttpBodyFunc body_func;
+  gpointer body_data;
+  GDestroyNotify body_notify;
+  gboolean body_done;
+};
+
+struct _HttpConn {
+  gint ref_count;
+  WeftHttpServer *server;
+  WeftConnection *conn;
+  WeftContext *ctx;
+  GQueue pending;           /* WeftHttpRequest, oldest first, one ref each */
+  WeftHttpRequest *reading; /* the newest request, while its body arrives */
+  guint64 body_left;
+  gboolean chunked;
+  WeftHttpChunked dec;
+  GByteArray *body;
+  guint timer;              /* header timeout, then body checks */
+  gint64 body_start_us;
+  gint64 body_last_us;
+  guint64 body_bytes;
+  guint ka_timer;           /* keep-alive idle check */
+  gint64 idle_since;        /* 0: busy */
+  gboolean closing;         /* read no more; close after the queued answers */
+  gboolean closed;
+  atomic_bool gone;         /* closed, readable from any thread */
+  gboolean paused;          /* reading stopped: too many unanswered requests */
+  gboolean body_paused;     /* reading stopped: a streamed body not wanted yet */
+  WeftHttpRequest *active;  /* a stream at the head, head written, not done */
+  char *peer;               /* the peer's address, for the access log */
+};
+
+/* weft-http-server.c */
+HttpConn *weft_http_conn_ref (HttpConn *hc);
+void weft_http_conn_unref (HttpConn *hc);
+void weft_http_flush_ready (HttpConn *hc);
+void weft_http_resume_body (HttpConn *hc);
+
+/* weft-http-request.c */
+WeftHttpRequest *weft_http_request_new (HttpConn *hc);
+void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
+void weft_http_stream_pump (WeftHttpRequest *req);
+void weft_http_stream_release (WeftHttpRequest *req);
+void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len,
+                             gboolean done);
+
+/* weft-http-log.c */
+WeftHttpAccessLog *weft_http_access_log_new (int fd);
+void weft_http_access_log_free (WeftHttpAccessLog *log);
+void weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req);

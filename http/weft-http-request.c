@@ -1,0 +1,886 @@
+/* weft-http-request.c: the request API, and answers: whole (bytes, a
+ * file) or streamed (chunked, with an optional producer).
+ *
+ * An answer is built on the caller's thread (pure work, no connection
+ * state) and then attached on the connection's context, directly if the
+ * caller is the request's handler, else by a posted job; the context
+ * writes answers in request order (weft_http_flush_ready()). A streamed
+ * answer's writes follow the same path: on the context they go straight
+ * to the connection once the answer is at the head of the line, and are
+ * kept in the request until then; from elsewhere they are posted.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-http-private.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+G_DEFINE_BOXED_TYPE (WeftHttpRequest, weft_http_request, weft_http_request_ref,
+                     weft_http_request_unref)
+
+/* ---- small things ------------------------------------------------------- */
+
+static const char *
+reason (guint status)
+{
+  switch (status)
+    {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+/* The Date header's value, formatted once a second per thread (the C
+ * locale's names, whatever the process locale). */
+static const char *
+http_date (void)
+{
+  static __thread time_t cached_sec = -1;
+  static __thread char buf[40];
+  time_t now = time (NULL);
+  if (now != cached_sec)
+    {
+      static const char days[][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+      static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+      struct tm tm;
+      gmtime_r (&now, &tm);
+      snprintf (buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
+                tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                tm.tm_sec);
+      cached_sec = now;
+    }
+  return buf;
+}
+
+
+static gboolean
+on_context (HttpConn *hc)
+{
+  return weft_context_get_current () == hc->ctx;
+}
+
+WeftHttpRequest *
+weft_http_request_new (HttpConn *hc)
+{
+  WeftHttpRequest *req = g_new0 (WeftHttpRequest, 1);
+  req->ref_count = 1;
+  req->hc = weft_http_conn_ref (hc);
+  req->method = req->path = req->query = "";
+  req->resp_fd = -1;
+  g_queue_init (&req->stream_q);
+  return req;
+}
+
+/* The stream's and the body reader's notifies, once: when the stream
+ * ends, the body is complete, or the connection is gone. */
+void
+weft_http_stream_release (WeftHttpRequest *req)
+{
+  GDestroyNotify pn = req->producer_notify;
+  gpointer pd = req->producer_data;
+  req->producer = NULL;
+  req->producer_on = FALSE;
+  req->producer_notify = NULL;
+  req->producer_data = NULL;
+  GDestroyNotify bn = req->body_notify;
+  gpointer bd = req->body_data;
+  req->body_func = NULL;
+  req->body_notify = NULL;
+  req->body_data = NULL;
+  if (pn != NULL)
+    pn (pd);
+  if (bn != NULL)
+    bn (bd);
+}
+
+/* ---- answers ------------------------------------------------------------ */
+
+/* Builds the answer's head (and a small body) on the caller's thread. */
+static void
+build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
+                gsize len, GBytes *body_bytes)
+{
+  if (body_bytes != NULL)
+    len = g_bytes_get_size (body_bytes);
+  if (req->resp_fd >= 0)
+    len = (gsize) req->resp_len;
+  req->status = status;
+  gboolean no_body = req->is_head || status == 204 || status == 304;
+  /* During a shutdown every answer is the connection's last; so is one
+   * given without reading the body a streamed-body handler left. */
+  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping) ||
+                  (req->stream_body && req->has_body && !atomic_load (&req->body_wanted));
+  if (req->streaming)
+    {
+      req->no_body_out = no_body;
+      req->chunked_out = req->minor >= 1;
+      if (!req->chunked_out && !no_body)
+        last = TRUE; /* HTTP/1.0: the close delimits the body */
+    }
+  req->close_after = last;
+  GString *s = g_string_sized_new (160 + (req->extra != NULL ? req->extra->len : 0) +
+                                   (body_bytes == NULL && !no_body ? len : 0));
+  g_string_append_printf (s, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason (status),
+                          http_date ());
+  if (content_type != NULL)
+    g_string_append_printf (s, "Content-Type: %s\r\n", content_type);
+  /* Every answer is delimited; 204 and 304 carry no length. */
+  if (status == 204 || status == 304)
+    ;
+  else if (req->streaming)
+    {
+      if (req->chunked_out)
+        g_string_append (s, "Transfer-Encoding: chunked\r\n");
+    }
+  else
+    g_string_append_printf (s, "Content-Length: %" G_GSIZE_FORMAT "\r\n", len);
+  if (req->extra != NULL)
+    g_string_append_len (s, req->extra->str, (gssize) req->extra->len);
+  if (last)
+    g_string_append (s, "Connection: close\r\n");
+  else if (req->minor == 0)
+    g_string_append (s, "Connection: keep-alive\r\n");
+  g_string_append (s, "\r\n");
+  if (no_body)
+    {
+      /* No body: a file given for it is not needed. */
+      if (req->resp_fd >= 0)
+        {
+          close (req->resp_fd);
+          req->resp_fd = -1;
+        }
+    }
+  else if (req->resp_fd < 0 && !req->streaming)
+    {
+      req->bytes_out = len;
+      if (body_bytes != NULL && len > WEFT_HTTP_BIG_BODY)
+        req->resp_body = g_bytes_ref (body_bytes);
+      else if (body_bytes != NULL)
+        g_string_append_len (s, g_bytes_get_data (body_bytes, NULL), (gssize) len);
+      else if (len > 0)
+        g_string_append_len (s, (const char *) body, (gssize) len);
+    }
+  else if (req->resp_fd >= 0)
+    req->bytes_out = req->resp_len;
+  req->resp_head = g_string_free_to_bytes (s);
+}
+
+static void
+attach_job (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  HttpConn *hc = req->hc;
+  req->ready = TRUE;
+  if (!hc->closed)
+    weft_http_flush_ready (hc);
+}
+
+static gboolean
+claim (WeftHttpRequest *req, const char *func)
+{
+  if (atomic_exchange (&req->responded, 1))
+    {
+      g_critical ("%s: request already answered", func);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static void
+attach (WeftHttpRequest *req)
+{
+  HttpConn *hc = req->hc;
+  if (atomic_load (&req->handler_thread) == g_thread_self ())
+    {
+      /* Inside its handler, on the connection's context. */
+      req->ready = TRUE;
+      if (!hc->closed)
+        weft_http_flush_ready (hc);
+      return;
+    }
+  weft_context_post (hc->ctx, attach_job, weft_http_request_ref (req),
+                     (GDestroyNotify) weft_http_request_unref);
+}
+
+/* An answer the server gives itself (errors, 404), on the context. */
+void
+weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
+{
+  if (close)
+    req->keep_alive = FALSE;
+  char text[64];
+  int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
+  /* Answering writes it out and may drop the queue's reference. */
+  weft_http_request_ref (req);
+  atomic_store (&req->handler_thread, g_thread_self ());
+  if (claim (req, "weft_http_respond_self"))
+    {
+      build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
+      attach (req);
+    }
+  atomic_store (&req->handler_thread, NULL);
+  weft_http_request_unref (req);
+}
+
+/* ---- the request -------------------------------------------------------- */
+
+/**
+ * weft_http_request_ref:
+ * @self: a request
+ *
+ * Returns: (transfer full): @self
+ */
+WeftHttpRequest *
+weft_http_request_ref (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_atomic_int_inc (&self->ref_count);
+  return self;
+}
+
+/**
+ * weft_http_request_unref:
+ * @self: (transfer full): a request
+ *
+ * Drops a reference. A request dropped unanswered by everyone holds up
+ * the connection's later answers until the connection closes: answer
+ * every request.
+ */
+void
+weft_http_request_unref (WeftHttpRequest *self)
+{
+  g_return_if_fail (self != NULL);
+  if (!g_atomic_int_dec_and_test (&self->ref_count))
+    return;
+  HttpConn *hc = self->hc;
+  weft_http_stream_release (self);
+  g_free (self->head);
+  g_free (self->headers);
+  if (self->body != NULL)
+    g_bytes_unref (self->body);
+  if (self->extra != NULL)
+    g_string_free (self->extra, TRUE);
+  if (self->allow != NULL)
+    g_string_free (self->allow, TRUE);
+  weft_http_params_free (self->params, self->n_params);
+  GHashTable *q = atomic_load (&self->query_table);
+  if (q != NULL)
+    g_hash_table_unref (q);
+  if (self->resp_head != NULL)
+    g_bytes_unref (self->resp_head);
+  if (self->resp_body != NULL)
+    g_bytes_unref (self->resp_body);
+  if (self->resp_fd >= 0)
+    close (self->resp_fd);
+  g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
+  g_free (self);
+  weft_http_conn_unref (hc);
+}
+
+/**
+ * weft_http_request_get_method:
+ * @self: a request
+ *
+ * Returns: the method, such as "GET"
+ */
+const gchar *
+weft_http_request_get_method (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->method;
+}
+
+/**
+ * weft_http_request_get_path:
+ * @self: a request
+ *
+ * Returns: the target's path, as sent (not percent-decoded), such as
+ *   "/a/b"; "*" for "OPTIONS *"
+ */
+const gchar *
+weft_http_request_get_path (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->path;
+}
+
+/**
+ * weft_http_request_get_query:
+ * @self: a request
+ *
+ * Returns: the query after '?', as sent; "" if none
+ */
+const gchar *
+weft_http_request_get_query (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->query;
+}
+
+/**
+ * weft_http_request_get_param:
+ * @self: a request
+ * @name: the name of a `{name}` segment of the route's pattern
+ *
+ * Returns: (nullable): the segment's value, percent-decoded, or %NULL if
+ *   the route has no such segment
+ */
+const gchar *
+weft_http_request_get_param (WeftHttpRequest *self, const gchar *name)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_return_val_if_fail (name != NULL, NULL);
+  for (guint i = 0; i < self->n_params; i++)
+    if (strcmp (self->params[i].name, name) == 0)
+      return self->params[i].value;
+  return NULL;
+}
+
+/**
+ * weft_http_request_get_query_params:
+ * @self: a request
+ *
+ * The query decoded as `application/x-www-form-urlencoded` ('+' is a
+ * space, percent-escapes decoded); for a name given twice, the first
+ * value; pairs with a malformed or NUL escape are left out. Decoded once,
+ * on first use; safe from any thread.
+ *
+ * Returns: (transfer none) (element-type utf8 utf8): name to value
+ */
+GHashTable *
+weft_http_request_get_query_params (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  GHashTable *t = atomic_load (&self->query_table);
+  if (t != NULL)
+    return t;
+  GHashTable *mine = weft_http_query_parse (self->query);
+  GHashTable *expected = NULL;
+  if (atomic_compare_exchange_strong (&self->query_table, &expected, mine))
+    return mine;
+  g_hash_table_unref (mine); /* another thread was first */
+  return expected;
+}
+
+/**
+ * weft_http_request_get_query_param:
+ * @self: a request
+ * @name: a query parameter's name, decoded
+ *
+ * Returns: (nullable): its decoded value ("" for a name without '='), or
+ *   %NULL (see weft_http_request_get_query_params())
+ */
+const gchar *
+weft_http_request_get_query_param (WeftHttpRequest *self, const gchar *name)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_return_val_if_fail (name != NULL, NULL);
+  return g_hash_table_lookup (weft_http_request_get_query_params (self), name);
+}
+
+/**
+ * weft_http_request_get_header:
+ * @self: a request
+ * @name: a header name, in any case
+ *
+ * Returns: (nullable): the value of the first header called @name, without
+ *   surrounding whitespace, or %NULL
+ */
+const gchar *
+weft_http_request_get_header (WeftHttpRequest *self, const gchar *name)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  g_return_val_if_fail (name != NULL, NULL);
+  for (gsize i = 0; i < self->n_headers; i++)
+    if (g_ascii_strcasecmp (self->headers[i].name.ptr, name) == 0)
+      return self->headers[i].value.ptr;
+  return NULL;
+}
+
+/**
+ * weft_http_request_get_body:
+ * @self: a request
+ *
+ * Returns: (transfer none) (nullable): the body, de-chunked; empty if
+ *   none; %NULL for a request whose handler streams the body
+ *   (%WEFT_HTTP_HANDLER_STREAM_BODY)
+ */
+GBytes *
+weft_http_request_get_body (WeftHttpRequest *self)
+{
+  g_return_val_if_fail (self != NULL, NULL);
+  return self->body;
+}
+
+/**
+ * weft_http_request_add_response_header:
+ * @self: a request not answered yet
+ * @name: a header name (a token)
+ * @value: its value (no CR or LF)
+ *
+ * Adds a header to the answer. Date, Content-Length, Transfer-Encoding
+ * and Connection are the server's.
+ */
+void
+weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
+                                       const gchar *value)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (name != NULL && name[0] != '\0' && strpbrk (name, ":\r\n \t") == NULL);
+  g_return_if_fail (value != NULL && strpbrk (value, "\r\n") == NULL);
+  g_return_if_fail (!atomic_load (&self->responded));
+  if (self->extra == NULL)
+    self->extra = g_string_new (NULL);
+  g_string_append_printf (self->extra, "%s: %s\r\n", name, value);
+}
+
+/**
+ * weft_http_request_respond:
+ * @self: a request not answered yet
+ * @status: the status code (200 to 599)
+ * @content_type: (nullable): the Content-Type, or %NULL
+ * @body: (array length=len) (nullable): the body (copied)
+ * @len: its length
+ *
+ * Answers the request, from any thread. Answers go out in the order the
+ * requests came. The body is left out for HEAD.
+ */
+void
+weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *content_type,
+                           const guint8 *body, gsize len)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (status >= 200 && status <= 599);
+  g_return_if_fail (body != NULL || len == 0);
+  if (!claim (self, G_STRFUNC))
+    return;
+  build_response (self, status, content_type, body, len, NULL);
+  attach (self);
+}
+
+/**
+ * weft_http_request_respond_bytes:
+ * @self: a request not answered yet
+ * @status: the status code (200 to 599)
+ * @content_type: (nullable): the Content-Type, or %NULL
+ * @body: the body, referenced (large bodies are not copied)
+ *
+ * Like weft_http_request_respond() with a #GBytes body.
+ */
+void
+weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gchar *content_type,
+                                 GBytes *body)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (status >= 200 && status <= 599);
+  g_return_if_fail (body != NULL);
+  if (!claim (self, G_STRFUNC))
+    return;
+  build_response (self, status, content_type, NULL, 0, body);
+  attach (self);
+}
+
+/**
+ * weft_http_request_respond_file:
+ * @self: a request not answered yet
+ * @status: the status code (200 to 599)
+ * @content_type: (nullable): the Content-Type, or %NULL
+ * @fd: a regular file open for reading; the request owns it from now on
+ *   and closes it
+ * @offset: where the body starts in the file
+ * @length: the body's length
+ *
+ * Answers with part of a file as the body, sent with sendfile() (or read
+ * and encrypted under TLS), never copied into memory whole.
+ */
+void
+weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar *content_type,
+                                gint fd, guint64 offset, guint64 length)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (status >= 200 && status <= 599);
+  g_return_if_fail (fd >= 0);
+  if (!claim (self, G_STRFUNC))
+    {
+      close (fd);
+      return;
+    }
+  self->resp_fd = fd;
+  self->resp_off = offset;
+  self->resp_len = length;
+  build_response (self, status, content_type, NULL, 0, NULL);
+  attach (self);
+}
+
+/* ---- streamed answers --------------------------------------------------- */
+
+static void producer_job (gpointer data);
+
+/* Calls the producer soon (as a job, so never inside a write), if it
+ * wants calling and the stream is writing. */
+void
+weft_http_stream_pump (WeftHttpRequest *req)
+{
+  HttpConn *hc = req->hc;
+  if (!req->producer_on || req->producer_queued || req->stream_done || hc->closed ||
+      hc->active != req)
+    return;
+  req->producer_queued = TRUE;
+  weft_context_post (hc->ctx, producer_job, weft_http_request_ref (req),
+                     (GDestroyNotify) weft_http_request_unref);
+}
+
+static void
+producer_job (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  HttpConn *hc = req->hc;
+  req->producer_queued = FALSE;
+  if (!req->producer_on || req->stream_done || hc->closed || hc->active != req)
+    return;
+  req->producer_mark = req->bytes_out;
+  gboolean more = req->producer (req, req->producer_data);
+  if (!more || req->stream_done)
+    {
+      req->producer_on = FALSE;
+      return;
+    }
+  if (req->bytes_out == req->producer_mark)
+    {
+      /* TRUE without writing would spin the CPU. */
+      g_warning ("WeftHttpProducer returned TRUE without writing; it is not called again");
+      req->producer_on = FALSE;
+      return;
+    }
+  if (!hc->closed && !weft_connection_is_write_blocked (hc->conn))
+    weft_http_stream_pump (req); /* room left: again; else on DRAINED */
+}
+
+/**
+ * weft_http_request_respond_stream:
+ * @self: a request not answered yet
+ * @status: the status code (200 to 599)
+ * @content_type: (nullable): the Content-Type, or %NULL (for server-sent
+ *   events, "text/event-stream")
+ * @producer: (scope notified) (closure user_data) (destroy notify) (nullable):
+ *   called on the connection's context whenever the connection can take
+ *   more of the body, for as long as it returns %TRUE; or %NULL if the body
+ *   is written by other means
+ * @user_data: data for @producer
+ * @notify: (nullable): frees @user_data, on the connection's context, once
+ *   the answer is finished or the connection is gone
+ *
+ * Starts an answer whose body is written piece by piece, with
+ * weft_http_request_write() from any thread, and ended with
+ * weft_http_request_finish(). It is sent with chunked transfer coding
+ * (to an HTTP/1.0 client: delimited by closing the connection). The
+ * pieces go out as soon as the answers before this one are out; until
+ * then they are kept. For HEAD, 204 and 304 no body is sent: the answer
+ * is finished at once and @producer is never called.
+ */
+void
+weft_http_request_respond_stream (WeftHttpRequest *self, guint status, const gchar *content_type,
+                                  WeftHttpProducer producer, gpointer user_data,
+                                  GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (status >= 200 && status <= 599);
+  if (!claim (self, G_STRFUNC))
+    {
+      if (notify != NULL)
+        notify (user_data);
+      return;
+    }
+  self->streaming = TRUE;
+  self->producer = producer;
+  self->producer_data = user_data;
+  self->producer_notify = notify;
+  build_response (self, status, content_type, NULL, 0, NULL);
+  if (self->no_body_out)
+    {
+      self->stream_done = TRUE;
+      atomic_store (&self->finish_called, TRUE);
+    }
+  else
+    self->producer_on = producer != NULL;
+  attach (self);
+}
+
+typedef struct {
+  WeftHttpRequest *req;
+  GBytes *chunk;  /* NULL: the finish */
+  gsize payload;
+} StreamOp;
+
+/* On the context: a piece (or the end) of a stream, in order. */
+static void
+stream_put (WeftHttpRequest *req, GBytes *chunk, gsize payload)
+{
+  HttpConn *hc = req->hc;
+  if (hc->closed || req->stream_done)
+    return;
+  if (chunk == NULL)
+    {
+      req->stream_done = TRUE;
+      req->producer_on = FALSE;
+      if (hc->active == req || (req->ready && g_queue_peek_head (&hc->pending) == req))
+        weft_http_flush_ready (hc);
+      return;
+    }
+  req->bytes_out += payload;
+  if (hc->active == req)
+    weft_connection_write_bytes (hc->conn, chunk);
+  else
+    g_queue_push_tail (&req->stream_q, g_bytes_ref (chunk));
+}
+
+static void
+stream_op_job (gpointer data)
+{
+  StreamOp *op = data;
+  stream_put (op->req, op->chunk, op->payload);
+}
+
+static void
+stream_op_free (gpointer data)
+{
+  StreamOp *op = data;
+  if (op->chunk != NULL)
+    g_bytes_unref (op->chunk);
+  weft_http_request_unref (op->req);
+  g_free (op);
+}
+
+static void
+stream_op (WeftHttpRequest *req, GBytes *chunk, gsize payload)
+{
+  HttpConn *hc = req->hc;
+  if (on_context (hc))
+    {
+      stream_put (req, chunk, payload);
+      if (chunk != NULL)
+        g_bytes_unref (chunk);
+      return;
+    }
+  StreamOp *op = g_new (StreamOp, 1);
+  op->req = weft_http_request_ref (req);
+  op->chunk = chunk;
+  op->payload = payload;
+  weft_context_post (hc->ctx, stream_op_job, op, stream_op_free);
+}
+
+static gboolean
+stream_writable (WeftHttpRequest *self, const char *func)
+{
+  if (!self->streaming)
+    {
+      g_critical ("%s: the request has no streamed answer", func);
+      return FALSE;
+    }
+  if (atomic_load (&self->finish_called) || atomic_load (&self->hc->gone))
+    return FALSE;
+  return TRUE;
+}
+
+/* One chunk in chunked coding: size line, data, CRLF; or the data alone
+ * for an HTTP/1.0 close-delimited body. */
+static GBytes *
+encode_chunk (WeftHttpRequest *self, const guint8 *data, gsize len)
+{
+  if (!self->chunked_out)
+    return g_bytes_new (data, len);
+  char line[24];
+  int n = g_snprintf (line, sizeof line, "%zx\r\n", len);
+  guint8 *buf = g_malloc ((gsize) n + len + 2);
+  memcpy (buf, line, (gsize) n);
+  memcpy (buf + n, data, len);
+  memcpy (buf + n + len, "\r\n", 2);
+  return g_bytes_new_take (buf, (gsize) n + len + 2);
+}
+
+/**
+ * weft_http_request_write:
+ * @self: a request answered with weft_http_request_respond_stream()
+ * @data: (array length=len): the next piece of the body (copied)
+ * @len: its length; 0 writes nothing
+ *
+ * Adds to a streamed answer's body, from any thread: pieces written from
+ * one thread go out in the order written. Pieces are queued without
+ * bound; to follow the client's pace, write from a #WeftHttpProducer,
+ * which is called when the connection has room.
+ *
+ * Returns: %TRUE if queued; %FALSE once the connection is gone, the
+ *   stream was finished, or the answer has no body (HEAD)
+ */
+gboolean
+weft_http_request_write (WeftHttpRequest *self, const guint8 *data, gsize len)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (data != NULL || len == 0, FALSE);
+  if (!stream_writable (self, G_STRFUNC) || self->no_body_out)
+    return FALSE;
+  if (len == 0)
+    return TRUE;
+  stream_op (self, encode_chunk (self, data, len), len);
+  return TRUE;
+}
+
+/**
+ * weft_http_request_write_bytes:
+ * @self: a request answered with weft_http_request_respond_stream()
+ * @bytes: the next piece of the body
+ *
+ * weft_http_request_write() with a #GBytes.
+ *
+ * Returns: %TRUE if queued (see weft_http_request_write())
+ */
+gboolean
+weft_http_request_write_bytes (WeftHttpRequest *self, GBytes *bytes)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (bytes != NULL, FALSE);
+  gsize len;
+  const guint8 *data = g_bytes_get_data (bytes, &len);
+  if (!self->chunked_out && self->streaming && len > 0 && stream_writable (self, G_STRFUNC) &&
+      !self->no_body_out)
+    {
+      stream_op (self, g_bytes_ref (bytes), len);
+      return TRUE;
+    }
+  return weft_http_request_write (self, data, len);
+}
+
+/**
+ * weft_http_request_finish:
+ * @self: a request answered with weft_http_request_respond_stream()
+ *
+ * Ends a streamed answer's body, from any thread (after the writes made
+ * from that thread). The connection then goes on with the next request.
+ * Finishing twice, or after the connection is gone, does nothing.
+ */
+void
+weft_http_request_finish (WeftHttpRequest *self)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (self->streaming);
+  if (atomic_exchange (&self->finish_called, TRUE))
+    return;
+  if (atomic_load (&self->hc->gone))
+    return;
+  stream_op (self, NULL, 0);
+}
+
+/* ---- streamed bodies ---------------------------------------------------- */
+
+/* On the context: delivers a piece of a streamed body to its reader. */
+void
+weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gboolean done)
+{
+  if (req->body_done)
+    return;
+  if (done)
+    req->body_done = TRUE;
+  WeftHttpBodyFunc func = req->body_func;
+  if (func != NULL)
+    func (req, data != NULL ? data : (const guint8 *) "", len, done, req->body_data);
+  if (done)
+    {
+      /* The reader is done with: only its notify is left. */
+      GDestroyNotify bn = req->body_notify;
+      gpointer bd = req->body_data;
+      req->body_func = NULL;
+      req->body_notify = NULL;
+      req->body_data = NULL;
+      if (bn != NULL)
+        bn (bd);
+    }
+}
+
+static void
+read_body_job (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  HttpConn *hc = req->hc;
+  if (hc->closed)
+    return;
+  if (!req->has_body)
+    {
+      weft_http_body_deliver (req, NULL, 0, TRUE);
+      return;
+    }
+  if (hc->reading != req)
+    return;
+  /* The client waits for this before sending the body; say it only if
+   * nothing of the body came yet and no earlier answer is still due. */
+  if (req->expect_continue && hc->body_bytes == 0 && g_queue_peek_head (&hc->pending) == req &&
+      !atomic_load (&req->responded))
+    {
+      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      weft_connection_write (hc->conn, (const guint8 *) cont, sizeof cont - 1);
+    }
+  weft_http_resume_body (hc);
+}
+
+/**
+ * weft_http_request_read_body:
+ * @self: a request of a %WEFT_HTTP_HANDLER_STREAM_BODY handler
+ * @func: (scope notified) (closure user_data) (destroy notify): receives
+ *   the body's pieces on the connection's context, the last call with
+ *   done = %TRUE
+ * @user_data: data for @func
+ * @notify: (nullable): frees @user_data, on the connection's context, after
+ *   the last call, or when the connection is gone before the body ended
+ *
+ * Starts reading the request's body; call it on the connection's context
+ * (in the handler, or later in a job posted there). An `Expect:
+ * 100-continue` request is sent its 100 now. The handler may answer
+ * before, during or after the body. If the body never ends (the client
+ * goes away, a timeout, a framing error), @func gets no done call, and
+ * @notify still runs.
+ */
+void
+weft_http_request_read_body (WeftHttpRequest *self, WeftHttpBodyFunc func, gpointer user_data,
+                             GDestroyNotify notify)
+{
+  g_return_if_fail (self != NULL);
+  g_return_if_fail (func != NULL);
+  g_return_if_fail (self->stream_body);
+  g_return_if_fail (on_context (self->hc));
+  if (atomic_load (&self->body_wanted))
+    {
+      g_critical ("weft_http_request_read_body: the body is already being read");
+      return;
+    }
+  self->body_func = func;
+  self->body_data = user_data;
+  self->body_notify = notify;
+  atomic_store (&self->body_wanted, TRUE);
+  weft_context_post (self->hc->ctx, read_body_job, weft_http_request_ref (self),
+                     (GDestroyNotify) weft_http_request_unref);
+}
