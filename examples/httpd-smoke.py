@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """httpd-smoke.py WEFT_HTTPD DOCS_DIR: starts weft-httpd on a free port
 serving DOCS_DIR, fetches the index page, a Markdown file with a range and
-the status page with http.client, then stops it with SIGTERM; it must exit
+the status page with http.client, the first server-sent event of
+/_weft/events with a raw socket, then stops it with SIGTERM; it must exit
 0 within 10 s."""
-import http.client, json, re, signal, subprocess, sys
+import http.client, json, re, signal, socket, subprocess, sys
 
 httpd, docs = sys.argv[1], sys.argv[2]
 p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '2'],
@@ -25,6 +26,22 @@ try:
     r = c.getresponse()
     st = json.loads(r.read())
     assert st['requests'] >= 2 and st['engine']['workers'] == 2, st
+    assert st['responses']['2xx'] >= 2, st
+    assert sum(b['count'] for b in st['latency_us']) == sum(st['responses'].values()), st
+    # Server-sent events: the first arrives at once, chunked, and parses.
+    s = socket.create_connection(('127.0.0.1', int(m.group(1))), timeout=10)
+    s.sendall(b'GET /_weft/events HTTP/1.1\r\nHost: a\r\n\r\n')
+    got = b''
+    while b'\n\n' not in got.split(b'\r\n\r\n', 1)[-1] or b'\r\n\r\n' not in got:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    head, body = got.split(b'\r\n\r\n', 1)
+    assert b'Transfer-Encoding: chunked' in head and b'text/event-stream' in head, head
+    ev = body.split(b'\r\n', 1)[1]
+    assert ev.startswith(b'event: status\ndata: {'), ev
+    json.loads(ev.split(b'data: ', 1)[1].split(b'\n', 1)[0])
+    s.close()
     # The keep-alive connection stays open: shutdown closes it as idle at
     # once instead of waiting out its 5 s deadline.
     p.send_signal(signal.SIGTERM)

@@ -3,10 +3,13 @@
  *
  * Usage: weft-httpd [--listen ADDR] [--root DIR] [--workers N]
  *                   [--cert FILE --key FILE] [--max-body BYTES]
- *                   [--max-connections N]
+ *                   [--max-connections N] [--header-timeout MS]
+ *                   [--keepalive-timeout MS] [--access-log FILE|-]
  * Defaults: 127.0.0.1:8080, docs, one worker per CPU. With --cert and
  * --key the server speaks HTTPS (ALPN http/1.1). GET /_weft/status answers
- * the engine's and the server's counters as JSON. SIGINT or SIGTERM stops
+ * the engine's and the server's counters as JSON (weft_http_server_get_
+ * status_json()); GET /_weft/events streams them once a second as
+ * server-sent events. SIGINT or SIGTERM stops
  * accepting, lets requests in flight finish (5 s at most) and exits 0.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
@@ -23,23 +26,51 @@ static WeftEngine *engine;
 static void
 status (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
 {
-  WeftListener *listener = weft_http_server_get_listener (server);
-  WeftEngineStats st;
-  weft_engine_get_stats (engine, &st);
-  gchar *json = g_strdup_printf (
-      "{\"requests\": %" G_GUINT64_FORMAT ", \"connections\": %u, \"accepted\": %" G_GUINT64_FORMAT
-      ", \"tls_failed\": %" G_GUINT64_FORMAT ", \"engine\": {\"workers\": %u, \"sleeping\": %u"
-      ", \"contexts\": %" G_GUINT64_FORMAT ", \"jobs_run\": %" G_GUINT64_FORMAT ", \"polls\": %" G_GUINT64_FORMAT
-      ", \"wakeups\": %" G_GUINT64_FORMAT ", \"fd_events\": %" G_GUINT64_FORMAT
-      ", \"timers_fired\": %" G_GUINT64_FORMAT "}}\n",
-      weft_http_server_get_n_requests (server), weft_listener_get_n_connections (listener),
-      weft_listener_get_n_accepted (listener), weft_listener_get_n_tls_failed (listener),
-      st.n_workers, st.n_sleeping, st.n_contexts, st.jobs_run, st.polls, st.wakeups,
-      st.fd_events, st.timers_fired);
+  gchar *json = weft_http_server_get_status_json (server);
   weft_http_request_add_response_header (request, "Cache-Control", "no-store");
   weft_http_request_respond (request, 200, "application/json", (const guint8 *) json,
                              strlen (json));
   g_free (json);
+}
+
+/* /_weft/events: the status as server-sent events, one a second, from a
+ * timer on the connection's own context, until the client goes away. */
+typedef struct {
+  WeftHttpServer *server;
+  WeftHttpRequest *request;
+} Events;
+
+static gboolean
+send_event (gpointer data)
+{
+  Events *ev = data;
+  gchar *json = weft_http_server_get_status_json (ev->server);
+  g_strdelimit (json, "\n", ' ');
+  gchar *event = g_strdup_printf ("event: status\ndata: %s\n\n", json);
+  gboolean sent = weft_http_request_write (ev->request, (const guint8 *) event, strlen (event));
+  g_free (event);
+  g_free (json);
+  return sent ? G_SOURCE_CONTINUE : G_SOURCE_REMOVE;
+}
+
+static void
+events_free (gpointer data)
+{
+  Events *ev = data;
+  weft_http_request_unref (ev->request);
+  g_free (ev);
+}
+
+static void
+events (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_add_response_header (request, "Cache-Control", "no-store");
+  weft_http_request_respond_stream (request, 200, "text/event-stream", NULL, NULL, NULL);
+  Events *ev = g_new (Events, 1);
+  ev->server = server;
+  ev->request = weft_http_request_ref (request);
+  send_event (ev);
+  weft_context_add_timeout (weft_context_get_current (), 1000, send_event, ev, events_free);
 }
 
 static int done_pipe[2];
@@ -56,7 +87,8 @@ int
 main (int argc, char **argv)
 {
   gchar *listen = NULL, *root = NULL, *cert = NULL, *key = NULL;
-  gint workers = 0, max_conns = 0;
+  gchar *access_log = NULL;
+  gint workers = 0, max_conns = 0, header_timeout = -1, keepalive = -1;
   gint64 max_body = 0;
   GOptionEntry entries[] = {
     { "listen", 'l', 0, G_OPTION_ARG_STRING, &listen,
@@ -67,7 +99,13 @@ main (int argc, char **argv)
     { "key", 0, 0, G_OPTION_ARG_FILENAME, &key, "PEM private key for --cert", "FILE" },
     { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body, "Largest request body (8 MiB)", "BYTES" },
     { "max-connections", 'm', 0, G_OPTION_ARG_INT, &max_conns,
-      "Pause accepting at this many connections (0: no limit)", "N" },
+      "Pause accepting at this many connections (16384)", "N" },
+    { "header-timeout", 0, 0, G_OPTION_ARG_INT, &header_timeout,
+      "Time a request head may take, 0 for none (20000)", "MS" },
+    { "keepalive-timeout", 0, 0, G_OPTION_ARG_INT, &keepalive,
+      "Time an idle connection is kept, 0 for ever (30000)", "MS" },
+    { "access-log", 0, 0, G_OPTION_ARG_FILENAME, &access_log,
+      "Log each request to FILE (- for standard error)", "FILE" },
     { NULL }
   };
   GError *error = NULL;
@@ -105,8 +143,18 @@ main (int argc, char **argv)
   if (max_body > 0)
     weft_http_server_set_max_body (server, (guint64) max_body);
   if (max_conns > 0)
-    weft_listener_set_max_connections (listener, (guint) max_conns);
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_CONNECTIONS, (guint64) max_conns);
+  if (header_timeout >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, (guint64) header_timeout);
+  if (keepalive >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS, (guint64) keepalive);
+  if (access_log != NULL && !weft_http_server_set_access_log (server, access_log, &error))
+    {
+      g_printerr ("weft-httpd: %s\n", error->message);
+      return 1;
+    }
   weft_http_server_add_handler (server, "GET", "/_weft/status", status, NULL, NULL);
+  weft_http_server_add_handler (server, "GET", "/_weft/events", events, NULL, NULL);
   if (!weft_http_server_add_directory (server, "/", root != NULL ? root : "docs", &error))
     {
       g_printerr ("weft-httpd: %s\n", error->message);
@@ -149,5 +197,6 @@ main (int argc, char **argv)
   g_free (root);
   g_free (cert);
   g_free (key);
+  g_free (access_log);
   return 0;
 }

@@ -24,8 +24,8 @@
 struct _WeftHttpAccessLog {
   int fd;
   GThread *thread;
-  GMutex lock;
-  GCond cond;
+  pthread_mutex_t lock; /* pthread, not GMutex: visible to TSan */
+  pthread_cond_t cond;  /* on CLOCK_MONOTONIC */
   GString *buf;    /* HOLDS: lock */
   gboolean quit;   /* HOLDS: lock */
   guint64 dropped; /* HOLDS: lock */
@@ -51,24 +51,33 @@ log_thread (gpointer data)
 {
   WeftHttpAccessLog *log = data;
   GString *out = g_string_new (NULL);
-  g_mutex_lock (&log->lock);
+  pthread_mutex_lock (&log->lock);
   for (;;)
     {
       if (log->buf->len < FLUSH_BYTES && !log->quit)
-        g_cond_wait_until (&log->cond, &log->lock,
-                           g_get_monotonic_time () + 100 * G_TIME_SPAN_MILLISECOND);
+        {
+          struct timespec ts;
+          clock_gettime (CLOCK_MONOTONIC, &ts);
+          ts.tv_nsec += 100 * 1000 * 1000;
+          if (ts.tv_nsec >= 1000000000)
+            {
+              ts.tv_sec++;
+              ts.tv_nsec -= 1000000000;
+            }
+          pthread_cond_timedwait (&log->cond, &log->lock, &ts);
+        }
       GString *t = log->buf;
       log->buf = out;
       out = t;
       gboolean quit = log->quit;
-      g_mutex_unlock (&log->lock);
+      pthread_mutex_unlock (&log->lock);
       write_all (log->fd, out->str, out->len);
       g_string_truncate (out, 0);
-      g_mutex_lock (&log->lock);
+      pthread_mutex_lock (&log->lock);
       if (quit && log->buf->len == 0)
         break;
     }
-  g_mutex_unlock (&log->lock);
+  pthread_mutex_unlock (&log->lock);
   g_string_free (out, TRUE);
   return NULL;
 }
@@ -78,8 +87,12 @@ weft_http_access_log_new (int fd)
 {
   WeftHttpAccessLog *log = g_new0 (WeftHttpAccessLog, 1);
   log->fd = fd;
-  g_mutex_init (&log->lock);
-  g_cond_init (&log->cond);
+  pthread_mutex_init (&log->lock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (&log->cond, &attr);
+  pthread_condattr_destroy (&attr);
   log->buf = g_string_sized_new (FLUSH_BYTES);
   log->thread = g_thread_new ("weft-access-log", log_thread, log);
   return log;
@@ -88,10 +101,10 @@ weft_http_access_log_new (int fd)
 void
 weft_http_access_log_free (WeftHttpAccessLog *log)
 {
-  g_mutex_lock (&log->lock);
+  pthread_mutex_lock (&log->lock);
   log->quit = TRUE;
-  g_cond_signal (&log->cond);
-  g_mutex_unlock (&log->lock);
+  pthread_cond_signal (&log->cond);
+  pthread_mutex_unlock (&log->lock);
   g_thread_join (log->thread);
   if (log->dropped > 0)
     {
@@ -102,8 +115,8 @@ weft_http_access_log_free (WeftHttpAccessLog *log)
     }
   close (log->fd);
   g_string_free (log->buf, TRUE);
-  g_mutex_clear (&log->lock);
-  g_cond_clear (&log->cond);
+  pthread_mutex_destroy (&log->lock);
+  pthread_cond_destroy (&log->cond);
   g_free (log);
 }
 
@@ -170,16 +183,16 @@ weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req)
   append_quoted (line, req->head != NULL ? weft_http_request_get_header (req, "User-Agent") : NULL);
   g_string_append_printf (line, " %" G_GINT64_FORMAT "\n", g_get_monotonic_time () - req->start_us);
 
-  g_mutex_lock (&log->lock);
+  pthread_mutex_lock (&log->lock);
   if (log->buf->len + line->len > MAX_BACKLOG)
     log->dropped++;
   else
     {
       g_string_append_len (log->buf, line->str, (gssize) line->len);
       if (log->buf->len >= FLUSH_BYTES)
-        g_cond_signal (&log->cond);
+        pthread_cond_signal (&log->cond);
     }
-  g_mutex_unlock (&log->lock);
+  pthread_mutex_unlock (&log->lock);
   g_string_free (line, TRUE);
 }
 

@@ -132,10 +132,9 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     len = (gsize) req->resp_len;
   req->status = status;
   gboolean no_body = req->is_head || status == 204 || status == 304;
-  /* During a shutdown every answer is the connection's last; so is one
-   * given without reading the body a streamed-body handler left. */
-  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping) ||
-                  (req->stream_body && req->has_body && !atomic_load (&req->body_wanted));
+  /* During a shutdown every answer is the connection's last. (So is one
+   * whose streamed body is left unread: see weft_http_flush_ready().) */
+  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping);
   if (req->streaming)
     {
       req->no_body_out = no_body;
@@ -246,6 +245,26 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
     }
   atomic_store (&req->handler_thread, NULL);
   weft_http_request_unref (req);
+}
+
+/* On the context, before the head goes out: makes the answer the
+ * connection's last (its request's body will not be read). */
+void
+weft_http_force_close (WeftHttpRequest *req)
+{
+  if (req->close_after)
+    return;
+  req->close_after = TRUE;
+  gsize len;
+  const char *h = g_bytes_get_data (req->resp_head, &len);
+  static const char ka[] = "Connection: keep-alive\r\n";
+  GString *s = g_string_new_len (h, (gssize) len);
+  const char *k = strstr (s->str, ka);
+  if (k != NULL)
+    g_string_erase (s, k - s->str, sizeof ka - 1);
+  g_string_insert (s, (gssize) s->len - 2, "Connection: close\r\n");
+  g_bytes_unref (req->resp_head);
+  req->resp_head = g_string_free_to_bytes (s);
 }
 
 /* ---- the request -------------------------------------------------------- */
@@ -806,6 +825,8 @@ weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gbo
     return;
   if (done)
     req->body_done = TRUE;
+  /* The reader may answer and finish, which can free the request. */
+  weft_http_request_ref (req);
   WeftHttpBodyFunc func = req->body_func;
   if (func != NULL)
     func (req, data != NULL ? data : (const guint8 *) "", len, done, req->body_data);
@@ -820,6 +841,7 @@ weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gbo
       if (bn != NULL)
         bn (bd);
     }
+  weft_http_request_unref (req);
 }
 
 static void

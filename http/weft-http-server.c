@@ -27,7 +27,7 @@
 
 #define MAX_HEADERS 256           /* the array; the limit may be lower */
 #define BODY_CHECK_MS 1000
-#define BODY_RATE_GRACE_US (10 * G_USEC_PER_SEC)
+#define BODY_RATE_GRACE_US (10 * G_USEC_PER_SEC) /* without a body timeout */
 
 G_DEFINE_BOXED_TYPE (WeftHttpServer, weft_http_server, weft_http_server_ref,
                      weft_http_server_unref)
@@ -194,8 +194,13 @@ weft_http_flush_ready (HttpConn *hc)
         {
           if (req->stream_body && !atomic_load (&req->body_wanted))
             {
-              /* Answered without reading its body: the body (if the
-               * client sends it at all) is not read; close after. */
+              /* Answered without reading its body. Its handler may still
+               * ask for it before it returns; after, the body (if the
+               * client sends it at all) is not read, and the connection
+               * closes after the answer. */
+              if (atomic_load (&req->handler_thread) != NULL)
+                break; /* dispatch() flushes again when it returns */
+              weft_http_force_close (req);
               hc->reading = NULL;
               hc->closing = TRUE;
               stop_timer (hc);
@@ -315,6 +320,8 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
   atomic_store (&req->handler_thread, g_thread_self ());
   func (server, req, weft_http_route_get_data (req->route));
   atomic_store (&req->handler_thread, NULL);
+  if (req->stream_body && req->ready && !hc->closed)
+    weft_http_flush_ready (hc); /* what waited for the handler's return */
   weft_http_request_unref (req);
 }
 
@@ -366,7 +373,8 @@ header_timed_out (gpointer data)
 }
 
 /* Once a second while a body arrives: too long without a byte, or too slow
- * on average after the grace period, is a 408. A streamed body that its
+ * on average once the body has taken longer than the body timeout, is a
+ * 408 (small bodies never meet the rate rule). A streamed body that its
  * handler has not asked for yet is not the client's delay. */
 static gboolean
 body_check (gpointer data)
@@ -382,7 +390,10 @@ body_check (gpointer data)
   gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
                   now - hc->body_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
   gint64 elapsed = now - hc->body_start_us;
-  gboolean slow = limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0 && elapsed >= BODY_RATE_GRACE_US &&
+  gint64 grace = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0
+                     ? (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000
+                     : BODY_RATE_GRACE_US;
+  gboolean slow = limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0 && elapsed >= grace &&
                   (double) hc->body_bytes * G_USEC_PER_SEC / (double) elapsed <
                       (double) limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE];
   if (!idle && !slow)
@@ -460,14 +471,14 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
   req->is_head = strcmp (req->method, "HEAD") == 0;
   req->expect_continue = head->expect_continue;
   req->has_body = head->body != WEFT_HTTP_BODY_NONE;
-  req->allow = g_string_new (NULL);
   req->route_result = weft_http_router_match (hc->server->router, req->method, req->path,
-                                              &req->route, &req->params, &req->n_params,
-                                              req->allow);
-  if (req->route_result != WEFT_HTTP_ROUTE_BAD_METHOD)
+                                              &req->route, &req->params, &req->n_params, NULL);
+  if (req->route_result == WEFT_HTTP_ROUTE_BAD_METHOD)
     {
-      g_string_free (req->allow, TRUE);
-      req->allow = NULL;
+      /* Rare: match again, collecting the Allow list. */
+      req->allow = g_string_new (NULL);
+      weft_http_router_match (hc->server->router, req->method, req->path, &req->route,
+                              &req->params, &req->n_params, req->allow);
     }
   req->stream_body = req->route != NULL &&
                      (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);
@@ -567,7 +578,8 @@ weft_http_resume_body (HttpConn *hc)
   if (hc->closed || !hc->body_paused)
     return;
   hc->body_paused = FALSE;
-  hc->body_last_us = g_get_monotonic_time ();
+  /* Only a body not begun is paused: its clock starts now. */
+  hc->body_start_us = hc->body_last_us = g_get_monotonic_time ();
   weft_connection_start_reading (hc->conn, on_data, hc, NULL);
 }
 

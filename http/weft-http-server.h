@@ -64,9 +64,9 @@ typedef enum {
  *   the end of its head (default 20 s; 0: none); over it: 408 and close
  * @WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS: time without a body byte while a body
  *   is expected (default 20 s; 0: none); over it: 408 and close
- * @WEFT_HTTP_LIMIT_BODY_MIN_RATE: bytes per second a body must average,
- *   checked from 10 s after it started (default 256; 0: none); below it:
- *   408 and close
+ * @WEFT_HTTP_LIMIT_BODY_MIN_RATE: bytes per second a body must average
+ *   once it has taken longer than the body timeout (10 s without one);
+ *   default 256, 0: none; below it: 408 and close
  * @WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS: how long a connection with no
  *   request in progress is kept (default 30 s; 0: for ever)
  * @WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS: how long output may wait with the

@@ -49,12 +49,48 @@ slow (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
                                 weft_http_request_ref (request)));
 }
 
+/* Answers "id=<{id}> q=<decoded q> path=<raw path>". */
 static void
-srv_start (Srv *s, guint64 max_body, guint request_timeout_ms)
+user (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  const char *q = weft_http_request_get_query_param (request, "q");
+  gchar *text = g_strdup_printf ("id=%s q=%s path=%s", weft_http_request_get_param (request, "id"),
+                                 q != NULL ? q : "(none)", weft_http_request_get_path (request));
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
+  g_free (text);
+}
+
+/* Answers from another thread, 800 ms later (longer than the keep-alive
+ * timeout of test_keepalive). */
+static gpointer
+answer_much_later_thread (gpointer data)
+{
+  WeftHttpRequest *request = data;
+  g_usleep (800000);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "late", 4);
+  weft_http_request_unref (request);
+  return NULL;
+}
+
+static void
+late (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_thread_unref (g_thread_new ("answer-much-later", answer_much_later_thread,
+                                weft_http_request_ref (request)));
+}
+
+typedef void (*Configure) (WeftHttpServer *server);
+
+static void
+srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure configure)
 {
   GError *error = NULL;
   s->engine = wt_engine_new (2);
   s->server = weft_http_server_new (s->engine);
+  weft_http_server_add_handler (s->server, "GET", "/users/{id}", user, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/late", late, NULL, NULL);
+  if (configure != NULL)
+    configure (s->server);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
   weft_http_server_add_handler (s->server, "POST", "/echo", echo, NULL, NULL);
   weft_http_server_add_handler (s->server, "PUT", "/echo", echo, NULL, NULL);
@@ -69,6 +105,12 @@ srv_start (Srv *s, guint64 max_body, guint request_timeout_ms)
   s->port = weft_listener_get_port (l, 0);
   g_assert_true (weft_http_server_start (s->server, &error));
   g_assert_no_error (error);
+}
+
+static void
+srv_start (Srv *s, guint64 max_body, guint request_timeout_ms)
+{
+  srv_start_cfg (s, max_body, request_timeout_ms, NULL);
 }
 
 static void
@@ -469,6 +511,259 @@ test_shutdown (void)
   srv_stop (&s);
 }
 
+/* ---- routes, limits, timeouts, log, status ---------------------------- */
+
+static gchar *
+get_close (guint16 port, const char *target)
+{
+  gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", target);
+  gchar *got = exchange_to_close (port, req);
+  g_free (req);
+  return got;
+}
+
+/* {id} is decoded, the query too; other methods on the path get 405 with
+ * Allow; a NUL escape gets 400 and the connection goes on. */
+static void
+test_params (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *got = get_close (s.port, "/users/a%20b%2Fc?q=x+y%21&q=second");
+  if (!g_str_has_suffix (got, "\r\n\r\nid=a b/c q=x y! path=/users/a%20b%2Fc"))
+    g_error ("params:\n%s", got);
+  g_free (got);
+  got = get_close (s.port, "/users/7");
+  g_assert_true (g_str_has_suffix (got, "id=7 q=(none) path=/users/7"));
+  g_free (got);
+  got = exchange_to_close (s.port, "DELETE /users/7 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 405 ") || strstr (got, "\r\nAllow: GET, HEAD\r\n") == NULL)
+    g_error ("405:\n%s", got);
+  g_free (got);
+  got = exchange_to_close (s.port, "GET /users/a%00 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                   "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 400 ") || !g_str_has_suffix (got, "Hello, World!"))
+    g_error ("400 then 200:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
+static void
+small_limits (WeftHttpServer *server)
+{
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_HEADERS, 5);
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_TARGET_BYTES, 64);
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_HEAD_BYTES, 512);
+  g_assert_cmpuint (weft_http_server_get_limit (server, WEFT_HTTP_LIMIT_MAX_HEADERS), ==, 5);
+}
+
+/* Each head limit set through the API is answered with its status. */
+static void
+test_limits (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, small_limits);
+  /* 5 header lines pass, 6 do not. */
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\n"
+                                          "Connection: close\r\n\r\n");
+  g_assert_true (g_str_has_prefix (got, "HTTP/1.1 200 "));
+  g_free (got);
+  expect_status_then_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n"
+                                    "E: 5\r\n\r\n", "HTTP/1.1 431 ");
+  gchar *long_target = g_strdup_printf ("GET /%s HTTP/1.1\r\nHost: a\r\n\r\n",
+                                        "0123456789012345678901234567890123456789012345678901234567890123");
+  expect_status_then_close (s.port, long_target, "HTTP/1.1 414 ");
+  g_free (long_target);
+  GString *big = g_string_new ("GET / HTTP/1.1\r\nHost: a\r\nX-Big: ");
+  for (guint i = 0; i < 600; i++)
+    g_string_append_c (big, 'x');
+  g_string_append (big, "\r\n\r\n");
+  expect_status_then_close (s.port, big->str, "HTTP/1.1 431 ");
+  g_string_free (big, TRUE);
+  srv_stop (&s);
+}
+
+static void
+body_limits (WeftHttpServer *server)
+{
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, 1500);
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_BODY_MIN_RATE, 1000);
+}
+
+/* A body that stops gets 408 after the body timeout; one that trickles
+ * (never idle that long, but far below the minimum rate) gets 408 once it
+ * has taken longer than the body timeout. */
+static void
+test_body_timeouts (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, body_limits);
+  gint64 start = g_get_monotonic_time ();
+  gchar *got = exchange_to_close (s.port, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nab");
+  gint64 took = g_get_monotonic_time () - start;
+  if (!g_str_has_prefix (got, "HTTP/1.1 408 "))
+    g_error ("stalled body:\n%s", got);
+  g_assert_cmpint (took, >=, 1400 * 1000);
+  g_assert_cmpint (took, <, 6 * G_USEC_PER_SEC);
+  g_free (got);
+
+  int fd = wt_connect_tcp (s.port);
+  start = g_get_monotonic_time ();
+  wt_send_str (fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n");
+  /* 10 bytes every 100 ms: 100 B/s, idle never longer than 100 ms. */
+  gboolean answered = FALSE;
+  while (g_get_monotonic_time () - start < 8 * G_USEC_PER_SEC)
+    {
+      if (send (fd, "0123456789", 10, MSG_NOSIGNAL) != 10)
+        break;
+      char buf[256];
+      ssize_t n = recv (fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+      if (n > 0)
+        {
+          buf[n] = '\0';
+          g_assert_true (g_str_has_prefix (buf, "HTTP/1.1 408 "));
+          answered = TRUE;
+          break;
+        }
+      g_usleep (100 * 1000);
+    }
+  took = g_get_monotonic_time () - start;
+  g_test_message ("trickle answered after %" G_GINT64_FORMAT " ms", took / 1000);
+  g_assert_true (answered);
+  g_assert_cmpint (took, >=, 1400 * 1000);
+  g_assert_cmpint (took, <, 6 * G_USEC_PER_SEC);
+  close (fd);
+  srv_stop (&s);
+}
+
+/* An idle keep-alive connection is closed after the keep-alive timeout;
+ * a request whose answer takes longer than that is not cut off. */
+static void
+test_keepalive_timeout (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  weft_http_server_unref (s.server);
+  weft_engine_unref (s.engine);
+  GError *error = NULL;
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  weft_http_server_add_handler (s.server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_add_handler (s.server, "GET", "/late", late, NULL, NULL);
+  weft_http_server_set_timeouts (s.server, 5000, 300);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+  g_assert_no_error (error);
+
+  int fd = wt_connect_tcp (s.port);
+  gint64 start = g_get_monotonic_time ();
+  wt_send_str (fd, "GET /late HTTP/1.1\r\nHost: a\r\n\r\n");
+  char buf[4096];
+  ssize_t n = recv (fd, buf, sizeof buf - 1, 0);
+  g_assert_cmpint (n, >, 0);
+  g_assert_cmpint (g_get_monotonic_time () - start, >=, 750 * 1000);
+  start = g_get_monotonic_time ();
+  buf[n] = '\0';
+  if (!g_str_has_prefix (buf, "HTTP/1.1 200 ") || !g_str_has_suffix (buf, "late"))
+    g_error ("late answer:\n%s", buf);
+  /* Now idle: closed within about two keep-alive periods. */
+  n = recv (fd, buf, sizeof buf, 0);
+  g_assert_cmpint (n, ==, 0);
+  gint64 idle = g_get_monotonic_time () - start;
+  g_test_message ("closed %" G_GINT64_FORMAT " ms after the answer", idle / 1000);
+  g_assert_cmpint (idle, >=, 250 * 1000);
+  g_assert_cmpint (idle, <, 3 * G_USEC_PER_SEC);
+  close (fd);
+  srv_stop (&s);
+}
+
+/* The access log has a line per answer, written by its own thread. */
+static void
+test_access_log (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  weft_http_server_unref (s.server);
+  weft_engine_unref (s.engine);
+  GError *error = NULL;
+  gchar *dir = g_dir_make_tmp ("weft-log-XXXXXX", &error);
+  g_assert_no_error (error);
+  gchar *path = g_build_filename (dir, "access.log", NULL);
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  weft_http_server_add_handler (s.server, "GET", "/", hello, NULL, NULL);
+  g_assert_true (weft_http_server_set_access_log (s.server, path, &error));
+  g_assert_no_error (error);
+  g_assert_false (weft_http_server_set_access_log (s.server, "/nonexistent/dir/log", &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND);
+  g_clear_error (&error);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+  gchar *got = exchange_to_close (s.port, "GET /?a=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: t\"x\r\n\r\n"
+                                          "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  g_free (got);
+  /* Wait for the log thread's flush (every 100 ms). */
+  gchar *text = NULL;
+  gint64 end = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  for (;;)
+    {
+      g_free (text);
+      text = NULL;
+      g_file_get_contents (path, &text, NULL, NULL);
+      if ((text != NULL && strstr (text, "/nope") != NULL) || g_get_monotonic_time () > end)
+        break;
+      g_usleep (20000);
+    }
+  g_test_message ("%s", text);
+  g_assert_nonnull (text);
+  gchar **lines = g_strsplit (text, "\n", -1);
+  g_assert_cmpuint (g_strv_length (lines), ==, 3);
+  g_assert_true (g_str_has_prefix (lines[0], "127.0.0.1 - - ["));
+  g_assert_nonnull (strstr (lines[0], "] \"GET /?a=1 HTTP/1.1\" 200 13 \"-\" \"t\\\"x\" "));
+  g_assert_nonnull (strstr (lines[1], "\"GET /nope HTTP/1.1\" 404 "));
+  g_strfreev (lines);
+  g_free (text);
+  srv_stop (&s);
+  g_unlink (path);
+  g_rmdir (dir);
+  g_free (path);
+  g_free (dir);
+}
+
+/* The status JSON counts requests, answers by class and latencies. */
+static void
+test_status_json (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  g_free (got);
+  gchar *json = NULL;
+  gint64 end = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  do
+    {
+      g_free (json);
+      json = weft_http_server_get_status_json (s.server);
+    }
+  while (strstr (json, "\"4xx\": 1") == NULL && g_get_monotonic_time () < end);
+  g_test_message ("%s", json);
+  g_assert_nonnull (strstr (json, "\"requests\": 3,"));
+  g_assert_nonnull (strstr (json, "\"2xx\": 2, \"3xx\": 0, \"4xx\": 1, \"5xx\": 0"));
+  /* The histogram's counts add up to the answers. */
+  guint64 total = 0;
+  for (const char *p = strstr (json, "\"latency_us\""); (p = strstr (p, "\"count\": ")) != NULL; p++)
+    total += g_ascii_strtoull (p + 9, NULL, 10);
+  g_assert_cmpuint (total, ==, 3);
+  g_assert_nonnull (strstr (json, "\"engine\": {\"workers\": 2"));
+  g_free (json);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -484,5 +779,11 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
   g_test_add_func ("/http-server/static-files", test_static_files);
   g_test_add_func ("/http-server/shutdown", test_shutdown);
+  g_test_add_func ("/http-server/params-and-query", test_params);
+  g_test_add_func ("/http-server/limits", test_limits);
+  g_test_add_func ("/http-server/body-timeouts", test_body_timeouts);
+  g_test_add_func ("/http-server/keepalive-timeout", test_keepalive_timeout);
+  g_test_add_func ("/http-server/access-log", test_access_log);
+  g_test_add_func ("/http-server/status-json", test_status_json);
   return g_test_run ();
 }
