@@ -121,7 +121,34 @@ weft_http_stream_release (WeftHttpRequest *req)
 
 /* ---- answers ------------------------------------------------------------ */
 
-/* Builds the answer's head (and a small body) on the caller's thread. */
+/* Appends decimal @v at @p; returns the end. */
+static char *
+put_u64 (char *p, guint64 v)
+{
+  char tmp[24];
+  int n = 0;
+  do
+    {
+      tmp[n++] = (char) ('0' + v % 10);
+      v /= 10;
+    }
+  while (v != 0);
+  while (n > 0)
+    *p++ = tmp[--n];
+  return p;
+}
+
+static char *
+put (char *p, const char *s, gsize n)
+{
+  memcpy (p, s, n);
+  return p + n;
+}
+
+#define PUT_LIT(p, lit) put ((p), (lit), sizeof (lit) - 1)
+
+/* Builds the answer's head (and a small body) on the caller's thread: one
+ * buffer, sized first, filled without printf (this is per request). */
 static void
 build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
                 gsize len, GBytes *body_bytes)
@@ -143,29 +170,10 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
         last = TRUE; /* HTTP/1.0: the close delimits the body */
     }
   req->close_after = last;
-  GString *s = g_string_sized_new (160 + (req->extra != NULL ? req->extra->len : 0) +
-                                   (body_bytes == NULL && !no_body ? len : 0));
-  g_string_append_printf (s, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason (status),
-                          http_date ());
-  if (content_type != NULL)
-    g_string_append_printf (s, "Content-Type: %s\r\n", content_type);
-  /* Every answer is delimited; 204 and 304 carry no length. */
-  if (status == 204 || status == 304)
-    ;
-  else if (req->streaming)
-    {
-      if (req->chunked_out)
-        g_string_append (s, "Transfer-Encoding: chunked\r\n");
-    }
-  else
-    g_string_append_printf (s, "Content-Length: %" G_GSIZE_FORMAT "\r\n", len);
-  if (req->extra != NULL)
-    g_string_append_len (s, req->extra->str, (gssize) req->extra->len);
-  if (last)
-    g_string_append (s, "Connection: close\r\n");
-  else if (req->minor == 0)
-    g_string_append (s, "Connection: keep-alive\r\n");
-  g_string_append (s, "\r\n");
+
+  /* What goes in the buffer after the head: a small body, copied. */
+  const guint8 *inline_body = NULL;
+  gsize inline_len = 0;
   if (no_body)
     {
       /* No body: a file given for it is not needed. */
@@ -180,14 +188,63 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
       req->bytes_out = len;
       if (body_bytes != NULL && len > WEFT_HTTP_BIG_BODY)
         req->resp_body = g_bytes_ref (body_bytes);
-      else if (body_bytes != NULL)
-        g_string_append_len (s, g_bytes_get_data (body_bytes, NULL), (gssize) len);
       else if (len > 0)
-        g_string_append_len (s, (const char *) body, (gssize) len);
+        {
+          inline_body = body_bytes != NULL ? g_bytes_get_data (body_bytes, NULL) : body;
+          inline_len = len;
+        }
     }
   else if (req->resp_fd >= 0)
     req->bytes_out = req->resp_len;
-  req->resp_head = g_string_free_to_bytes (s);
+
+  const char *why = reason (status);
+  const char *date = http_date ();
+  gsize ct_len = content_type != NULL ? strlen (content_type) : 0;
+  gsize extra_len = req->extra != NULL ? req->extra->len : 0;
+  gsize cap = 9 + 4 + strlen (why) + 2 + 6 + strlen (date) + 2 + (14 + ct_len + 2) +
+              (16 + 20 + 2) + 28 + extra_len + 24 + 2 + inline_len;
+  char *buf = g_malloc (cap);
+  char *p = buf;
+  p = PUT_LIT (p, "HTTP/1.1 ");
+  *p++ = (char) ('0' + status / 100);
+  *p++ = (char) ('0' + status / 10 % 10);
+  *p++ = (char) ('0' + status % 10);
+  *p++ = ' ';
+  p = put (p, why, strlen (why));
+  p = PUT_LIT (p, "\r\nDate: ");
+  p = put (p, date, strlen (date));
+  p = PUT_LIT (p, "\r\n");
+  if (content_type != NULL)
+    {
+      p = PUT_LIT (p, "Content-Type: ");
+      p = put (p, content_type, ct_len);
+      p = PUT_LIT (p, "\r\n");
+    }
+  /* Every answer is delimited; 204 and 304 carry no length. */
+  if (status == 204 || status == 304)
+    ;
+  else if (req->streaming)
+    {
+      if (req->chunked_out)
+        p = PUT_LIT (p, "Transfer-Encoding: chunked\r\n");
+    }
+  else
+    {
+      p = PUT_LIT (p, "Content-Length: ");
+      p = put_u64 (p, len);
+      p = PUT_LIT (p, "\r\n");
+    }
+  if (extra_len > 0)
+    p = put (p, req->extra->str, extra_len);
+  if (last)
+    p = PUT_LIT (p, "Connection: close\r\n");
+  else if (req->minor == 0)
+    p = PUT_LIT (p, "Connection: keep-alive\r\n");
+  p = PUT_LIT (p, "\r\n");
+  if (inline_len > 0)
+    p = put (p, (const char *) inline_body, inline_len);
+  g_assert ((gsize) (p - buf) <= cap);
+  req->resp_head = g_bytes_new_take (buf, (gsize) (p - buf));
 }
 
 static void
@@ -258,11 +315,16 @@ weft_http_force_close (WeftHttpRequest *req)
   gsize len;
   const char *h = g_bytes_get_data (req->resp_head, &len);
   static const char ka[] = "Connection: keep-alive\r\n";
+  /* The head ends at the first blank line; a small body may follow. */
+  gsize head_len = (gsize) (g_strstr_len (h, (gssize) len, "\r\n\r\n") - h) + 4;
   GString *s = g_string_new_len (h, (gssize) len);
-  const char *k = strstr (s->str, ka);
+  const char *k = g_strstr_len (s->str, (gssize) head_len, ka);
   if (k != NULL)
-    g_string_erase (s, k - s->str, sizeof ka - 1);
-  g_string_insert (s, (gssize) s->len - 2, "Connection: close\r\n");
+    {
+      g_string_erase (s, k - s->str, sizeof ka - 1);
+      head_len -= sizeof ka - 1;
+    }
+  g_string_insert (s, (gssize) head_len - 2, "Connection: close\r\n");
   g_bytes_unref (req->resp_head);
   req->resp_head = g_string_free_to_bytes (s);
 }
@@ -299,8 +361,7 @@ weft_http_request_unref (WeftHttpRequest *self)
     return;
   HttpConn *hc = self->hc;
   weft_http_stream_release (self);
-  g_free (self->head);
-  g_free (self->headers);
+  g_free (self->headers); /* with the head's bytes */
   if (self->body != NULL)
     g_bytes_unref (self->body);
   if (self->extra != NULL)

@@ -209,6 +209,8 @@ path_matches (const WeftHttpRoute *r, const char *path, Raw *vals, GString *scra
 {
   if (r->asterisk)
     return strcmp (path, "*") == 0;
+  if (r->n_params == 0 && !r->prefix && scratch == NULL)
+    return strcmp (path, r->pattern) == 0; /* literal, nothing to decode */
   const char *p = path;
   guint k = 0;
   for (guint i = 0; i < r->n_segs; i++)
@@ -278,13 +280,14 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
   Raw vals[WEFT_HTTP_MAX_PARAMS];
   GString *scratch = NULL;
   WeftHttpRouteResult result = WEFT_HTTP_ROUTE_NOT_FOUND;
+  /* Only a path with escapes needs decoding (and a scratch buffer). */
+  if (strchr (path, '%') != NULL)
+    scratch = g_string_new (NULL);
 
   for (guint i = 0; i < router->routes->len; i++)
     {
       const WeftHttpRoute *r = router->routes->pdata[i];
       Raw *v = vals;
-      if (scratch == NULL && strchr (path, '%') != NULL)
-        scratch = g_string_new (NULL);
       int m = path_matches (r, path, v, scratch);
       if (m < 0)
         {

@@ -75,6 +75,16 @@ known_method (const char *m)
   return FALSE;
 }
 
+/* The body of every bodiless request: one shared, never freed. */
+static GBytes *
+empty_body (void)
+{
+  static gsize empty;
+  if (g_once_init_enter (&empty))
+    g_once_init_leave (&empty, (gsize) g_bytes_new_static ("", 0));
+  return (GBytes *) empty;
+}
+
 /* ---- the connection state ---------------------------------------------- */
 
 HttpConn *
@@ -163,19 +173,19 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
 
 /* Counts a request whose answer has been queued whole. */
 static void
-account (HttpConn *hc, WeftHttpRequest *req)
+account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
 {
   WeftHttpServer *server = hc->server;
   guint cls = req->status / 100;
   if (cls >= 1 && cls <= 5)
     atomic_fetch_add_explicit (&server->n_status[cls], 1, memory_order_relaxed);
-  gint64 us = g_get_monotonic_time () - req->start_us;
-  guint b = 0;
-  while (us > 1 && b + 1 < WEFT_HTTP_LATENCY_BUCKETS)
-    {
-      us >>= 1;
-      b++;
-    }
+  /* One clock read per flush, shared by the answers it writes. */
+  if (*now == 0)
+    *now = g_get_monotonic_time ();
+  gint64 us = *now - req->start_us;
+  guint b = us > 1 ? (guint) (63 - __builtin_clzll ((guint64) us)) : 0;
+  if (b >= WEFT_HTTP_LATENCY_BUCKETS)
+    b = WEFT_HTTP_LATENCY_BUCKETS - 1;
   atomic_fetch_add_explicit (&server->latency[b], 1, memory_order_relaxed);
   if (server->log != NULL)
     weft_http_access_log_add (server->log, req);
@@ -188,6 +198,7 @@ void
 weft_http_flush_ready (HttpConn *hc)
 {
   WeftHttpRequest *req;
+  gint64 now = 0;
   while (!hc->closed && (req = g_queue_peek_head (&hc->pending)) != NULL && req->ready)
     {
       if (req == hc->reading)
@@ -260,7 +271,7 @@ weft_http_flush_ready (HttpConn *hc)
       if (req == hc->reading)
         break; /* a stream answered while its body still arrives */
       g_queue_pop_head (&hc->pending);
-      account (hc, req);
+      account (hc, req, &now);
       gboolean close = req->close_after;
       weft_http_request_unref (req);
       if (close)
@@ -279,7 +290,7 @@ weft_http_flush_ready (HttpConn *hc)
       return;
     }
   if (g_queue_is_empty (&hc->pending) && hc->reading == NULL)
-    hc->idle_since = g_get_monotonic_time ();
+    hc->idle_since = now != 0 ? now : g_get_monotonic_time ();
   if (hc->paused &&
       g_queue_get_length (&hc->pending) < hc->server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] / 2 + 1)
     {
@@ -437,17 +448,18 @@ cut (WeftHttpRequest *req, const char *buf, gsize head_len, WeftHttpSlice s,
 
 /* A complete head at @buf: the request it describes, routed and queued. */
 static WeftHttpRequest *
-take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head)
+take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gint64 now)
 {
   WeftHttpRequest *req = weft_http_request_new (hc);
-  req->start_us = g_get_monotonic_time ();
-  req->head = g_malloc (head_len + 1);
+  req->start_us = now;
+  /* One block: the header slices, then the head's bytes. */
+  gsize n = head->n_headers;
+  req->headers = g_malloc (n * sizeof (WeftHttpHeader) + head_len + 1);
+  req->head = (char *) (req->headers + n);
   memcpy (req->head, buf, head_len);
   req->head[head_len] = '\0';
   /* Rebase the header slices onto the copy, then cut every slice out in
    * place (no slice starts at another's terminator). */
-  gsize n = head->n_headers;
-  req->headers = g_new (WeftHttpHeader, MAX (n, 1));
   for (gsize i = 0; i < n; i++)
     {
       req->headers[i].name.ptr = req->head + (head->headers[i].name.ptr - buf);
@@ -612,6 +624,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   WeftHttpServer *server = hc->server;
   gsize consumed = 0;
   WeftHttpHeader headers[MAX_HEADERS];
+  gint64 now = g_get_monotonic_time (); /* one read for the heads of one read */
 
   hc->idle_since = 0;
   while (consumed < len && !hc->closing && !hc->closed)
@@ -662,11 +675,11 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           return len;
         }
       stop_timer (hc);
-      WeftHttpRequest *req = take_head (hc, (const char *) data + consumed, (gsize) r, &head);
+      WeftHttpRequest *req = take_head (hc, (const char *) data + consumed, (gsize) r, &head, now);
       consumed += (gsize) r;
       if (head.body == WEFT_HTTP_BODY_NONE)
         {
-          req->body = g_bytes_new_static ("", 0);
+          req->body = g_bytes_ref (empty_body ());
           dispatch (hc, req);
           continue;
         }
