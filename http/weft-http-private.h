@@ -41,6 +41,7 @@ struct _WeftHttpServer {
 struct _WeftHttpRequest {
   gint ref_count;
   HttpConn *hc;             /* ref */
+  WeftHttpRequest *next;    /* in hc's pending line */
   char *head;               /* the head's bytes, slices NUL-terminated in place */
   const char *method;
   const char *path;
@@ -108,7 +109,9 @@ struct _HttpConn {
   WeftHttpServer *server;
   WeftConnection *conn;
   WeftContext *ctx;
-  GQueue pending;           /* WeftHttpRequest, oldest first, one ref each */
+  WeftHttpRequest *pending_head; /* requests, oldest first, one ref each, */
+  WeftHttpRequest *pending_tail; /* linked through their next */
+  guint n_pending;
   WeftHttpRequest *reading; /* the newest request, while its body arrives */
   guint64 body_left;
   gboolean chunked;
@@ -128,6 +131,40 @@ struct _HttpConn {
   WeftHttpRequest *active;  /* a stream at the head, head written, not done */
   char *peer;               /* the peer's address, for the access log */
 };
+
+/* The pending line, on the connection's context (no GQueue: its links
+ * are an allocation per request). */
+static inline WeftHttpRequest *
+weft_http_pending_peek (HttpConn *hc)
+{
+  return hc->pending_head;
+}
+
+static inline void
+weft_http_pending_push (HttpConn *hc, WeftHttpRequest *req)
+{
+  req->next = NULL;
+  if (hc->pending_tail != NULL)
+    hc->pending_tail->next = req;
+  else
+    hc->pending_head = req;
+  hc->pending_tail = req;
+  hc->n_pending++;
+}
+
+static inline WeftHttpRequest *
+weft_http_pending_pop (HttpConn *hc)
+{
+  WeftHttpRequest *req = hc->pending_head;
+  if (req == NULL)
+    return NULL;
+  hc->pending_head = req->next;
+  if (hc->pending_head == NULL)
+    hc->pending_tail = NULL;
+  req->next = NULL;
+  hc->n_pending--;
+  return req;
+}
 
 /* weft-http-server.c */
 HttpConn *weft_http_conn_ref (HttpConn *hc);

@@ -729,7 +729,7 @@ stream_put (WeftHttpRequest *req, GBytes *chunk, gsize payload)
     {
       req->stream_done = TRUE;
       req->producer_on = FALSE;
-      if (hc->active == req || (req->ready && g_queue_peek_head (&hc->pending) == req))
+      if (hc->active == req || (req->ready && weft_http_pending_peek (hc) == req))
         weft_http_flush_ready (hc);
       return;
     }
@@ -921,7 +921,7 @@ read_body_job (gpointer data)
     return;
   /* The client waits for this before sending the body; say it only if
    * nothing of the body came yet and no earlier answer is still due. */
-  if (req->expect_continue && hc->body_bytes == 0 && g_queue_peek_head (&hc->pending) == req &&
+  if (req->expect_continue && hc->body_bytes == 0 && weft_http_pending_peek (hc) == req &&
       !atomic_load (&req->responded))
     {
       static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";

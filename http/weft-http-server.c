@@ -99,7 +99,7 @@ weft_http_conn_unref (HttpConn *hc)
 {
   if (!g_atomic_int_dec_and_test (&hc->ref_count))
     return;
-  g_assert (g_queue_is_empty (&hc->pending));
+  g_assert ((hc->n_pending == 0));
   if (hc->body != NULL)
     g_byte_array_unref (hc->body);
   g_free (hc->peer);
@@ -116,7 +116,7 @@ drop_pending (HttpConn *hc)
   WeftHttpRequest *req;
   hc->reading = NULL;
   hc->active = NULL;
-  while ((req = g_queue_pop_head (&hc->pending)) != NULL)
+  while ((req = weft_http_pending_pop (hc)) != NULL)
     {
       weft_http_stream_release (req);
       weft_http_request_unref (req);
@@ -145,7 +145,7 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
        * request cut off in its head or body is never answered. */
       hc->closing = TRUE;
       stop_timer (hc);
-      if (hc->reading != NULL || g_queue_is_empty (&hc->pending))
+      if (hc->reading != NULL || (hc->n_pending == 0))
         weft_connection_close (conn);
       break;
     case WEFT_CONNECTION_EVENT_DRAINED:
@@ -199,7 +199,7 @@ weft_http_flush_ready (HttpConn *hc)
 {
   WeftHttpRequest *req;
   gint64 now = 0;
-  while (!hc->closed && (req = g_queue_peek_head (&hc->pending)) != NULL && req->ready)
+  while (!hc->closed && (req = weft_http_pending_peek (hc)) != NULL && req->ready)
     {
       if (req == hc->reading)
         {
@@ -270,7 +270,7 @@ weft_http_flush_ready (HttpConn *hc)
         }
       if (req == hc->reading)
         break; /* a stream answered while its body still arrives */
-      g_queue_pop_head (&hc->pending);
+      weft_http_pending_pop (hc);
       account (hc, req, &now);
       gboolean close = req->close_after;
       weft_http_request_unref (req);
@@ -284,15 +284,15 @@ weft_http_flush_ready (HttpConn *hc)
     }
   if (hc->closed)
     return;
-  if (hc->closing && g_queue_is_empty (&hc->pending))
+  if (hc->closing && (hc->n_pending == 0))
     {
       weft_connection_close (hc->conn);
       return;
     }
-  if (g_queue_is_empty (&hc->pending) && hc->reading == NULL)
+  if ((hc->n_pending == 0) && hc->reading == NULL)
     hc->idle_since = now != 0 ? now : g_get_monotonic_time ();
   if (hc->paused &&
-      g_queue_get_length (&hc->pending) < hc->server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] / 2 + 1)
+      hc->n_pending < hc->server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] / 2 + 1)
     {
       hc->paused = FALSE;
       weft_connection_start_reading (hc->conn, on_data, hc, NULL);
@@ -345,7 +345,7 @@ fail_request (HttpConn *hc, guint status)
     {
       req = weft_http_request_new (hc);
       req->start_us = g_get_monotonic_time ();
-      g_queue_push_tail (&hc->pending, req);
+      weft_http_pending_push (hc, req);
     }
   hc->reading = NULL;
   hc->closing = TRUE;
@@ -494,7 +494,7 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
     }
   req->stream_body = req->route != NULL &&
                      (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);
-  g_queue_push_tail (&hc->pending, req);
+  weft_http_pending_push (hc, req);
   return req;
 }
 
@@ -650,7 +650,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           body_complete (hc);
           continue;
         }
-      if (g_queue_get_length (&hc->pending) >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
+      if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
           /* Enough unanswered requests: read on once they are answered. */
           hc->paused = TRUE;
@@ -686,7 +686,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
       start_body (hc, req, &head);
       if (req->stream_body)
         dispatch (hc, req); /* the handler decides whether to read the body */
-      else if (req->expect_continue && consumed == len && g_queue_peek_head (&hc->pending) == req)
+      else if (req->expect_continue && consumed == len && weft_http_pending_peek (hc) == req)
         {
           static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
           weft_connection_write (conn, (const guint8 *) cont, sizeof cont - 1);
@@ -710,7 +710,6 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   hc->server = weft_http_server_ref (server);
   hc->conn = weft_connection_ref (conn);
   hc->ctx = weft_connection_get_context (conn);
-  g_queue_init (&hc->pending);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
   pthread_mutex_lock (&server->live_lock);
   g_hash_table_add (server->live, hc);
@@ -1058,7 +1057,7 @@ wind_down_job (gpointer data)
     return;
   hc->closing = TRUE;
   stop_timer (hc);
-  if (g_queue_is_empty (&hc->pending))
+  if ((hc->n_pending == 0))
     weft_connection_close (hc->conn);
   else
     weft_connection_stop_reading (hc->conn); /* answers built from now say close */

@@ -138,7 +138,9 @@ struct _WeftConnection {
   guint write_id;
   guint linger_id;
   gint64 last_activity;
-  gint64 last_write_progress;
+  guint64 sent_total;       /* bytes the peer took: write-timeout progress */
+  guint64 sent_at_check;
+  guint stalled_checks;
 
   /* TLS */
   WeftTlsSession *tls;
@@ -1127,7 +1129,7 @@ flush_plain (WeftConnection *self)
               c->file.pos += (guint64) n;
               c->len -= (gsize) n;
               self->wq_bytes -= (gsize) n;
-              self->last_write_progress = g_get_monotonic_time ();
+              self->sent_total += (guint64) n;
               if (c->len == 0)
                 {
                   self->wq_head = c->next;
@@ -1162,7 +1164,7 @@ flush_plain (WeftConnection *self)
             {
               gsize left = (gsize) n;
               self->wq_bytes -= left;
-              self->last_write_progress = g_get_monotonic_time ();
+              self->sent_total += left;
               while (left > 0)
                 {
                   Chunk *h = self->wq_head;
@@ -1236,7 +1238,7 @@ flush_tls (WeftConnection *self)
           return FALSE;
         }
       self->wq_bytes -= (gsize) n;
-      self->last_write_progress = g_get_monotonic_time ();
+      self->sent_total += (guint64) n;
       gboolean done;
       if (c->kind == CHUNK_FILE)
         {
@@ -1684,8 +1686,15 @@ static gboolean
 write_check (gpointer data)
 {
   WeftConnection *self = data;
-  if (self->wq_head != NULL &&
-      g_get_monotonic_time () - self->last_write_progress >= (gint64) self->write_ms * 1000)
+  /* Checked every write_ms / 2 by a progress count, not a clock read per
+   * write: three checks in a row with output queued and none taken means
+   * the peer took nothing for between write_ms and 1.5 x write_ms. */
+  if (self->wq_head == NULL || self->sent_total != self->sent_at_check)
+    self->stalled_checks = 0;
+  else
+    self->stalled_checks++;
+  self->sent_at_check = self->sent_total;
+  if (self->stalled_checks >= 3)
     {
       self->write_id = 0;
       fail_literal (self, G_IO_ERROR_TIMED_OUT, "write timeout: the peer takes no output");
@@ -1712,7 +1721,8 @@ weft_connection_set_write_timeout (WeftConnection *self, guint timeout_ms)
     weft_context_remove (self->ctx, self->write_id);
   self->write_id = 0;
   self->write_ms = timeout_ms;
-  self->last_write_progress = g_get_monotonic_time ();
+  self->sent_at_check = self->sent_total;
+  self->stalled_checks = 0;
   if (timeout_ms != 0)
     self->write_id = weft_context_add_timeout (self->ctx, MAX (timeout_ms / 2, 1), write_check,
                                                self, NULL);
