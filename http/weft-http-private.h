@@ -36,6 +36,8 @@ struct _WeftHttpServer {
   pthread_mutex_t live_lock;
   GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
   WeftHttpAccessLog *log;    /* NULL: off */
+  WeftContext *sweep_ctx;    /* the keep-alive sweep's timer, if any */
+  struct _HttpSweep *sweep;
 };
 
 struct _WeftHttpRequest {
@@ -121,8 +123,7 @@ struct _HttpConn {
   gint64 body_start_us;
   gint64 body_last_us;
   guint64 body_bytes;
-  guint ka_timer;           /* keep-alive idle check */
-  gint64 idle_since;        /* 0: busy */
+  _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
   gboolean closing;         /* read no more; close after the queued answers */
   gboolean closed;
   atomic_bool gone;         /* closed, readable from any thread */

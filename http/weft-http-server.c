@@ -9,10 +9,12 @@
  * attached, and only the oldest is ever written (weft_http_flush_ready()).
  * Answers, streams and the request API live in weft-http-request.c.
  *
- * Timeouts are the connection's own timers, at most one at a time: the
- * header timeout from a request's first byte, then a once-a-second body
- * check (idle time and average rate) while a body arrives, and a
- * keep-alive check that closes a connection idle between requests.
+ * Timeouts: a connection has at most one timer of its own, and only while
+ * a request arrives: the header timeout from a request's first byte, then
+ * a once-a-second body check (idle time and average rate) while a body
+ * arrives. Idle keep-alive connections have none: one sweep per server
+ * closes those idle too long (keepalive_sweep()), so an idle connection
+ * costs no timer memory.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -158,11 +160,6 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
       hc->closed = TRUE;
       atomic_store (&hc->gone, TRUE);
       stop_timer (hc);
-      if (hc->ka_timer != 0)
-        {
-          weft_context_remove (hc->ctx, hc->ka_timer);
-          hc->ka_timer = 0;
-        }
       drop_pending (hc);
       pthread_mutex_lock (&hc->server->live_lock);
       g_hash_table_remove (hc->server->live, hc);
@@ -290,7 +287,8 @@ weft_http_flush_ready (HttpConn *hc)
       return;
     }
   if ((hc->n_pending == 0) && hc->reading == NULL)
-    hc->idle_since = now != 0 ? now : g_get_monotonic_time ();
+    atomic_store_explicit (&hc->idle_since, now != 0 ? now : g_get_monotonic_time (),
+                           memory_order_relaxed);
   if (hc->paused &&
       hc->n_pending < hc->server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] / 2 + 1)
     {
@@ -414,21 +412,94 @@ body_check (gpointer data)
   return G_SOURCE_REMOVE;
 }
 
-/* Every keep-alive period: a connection idle since the last check closes. */
-static gboolean
-keepalive_check (gpointer data)
+/* Keep-alive: no timer per connection (an idle connection should cost
+ * little memory). One sweep for the whole server, every half keep-alive
+ * period on a context of its own, finds the connections idle too long and
+ * posts each a job that checks again on its own context and closes it.
+ * A connection closes between one and one and a half periods idle. */
+typedef struct _HttpSweep {
+  pthread_mutex_t lock;
+  WeftHttpServer *server; /* HOLDS: lock; NULL once the server is gone */
+} HttpSweep;
+
+static void
+keepalive_close_job (gpointer data)
 {
   HttpConn *hc = data;
   guint64 ka = hc->server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
-  if (hc->idle_since != 0 && hc->timer == 0 &&
-      g_get_monotonic_time () - hc->idle_since >= (gint64) ka * 1000)
+  gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
+  if (hc->closed || since == 0 || hc->timer != 0 || hc->n_pending != 0 || hc->reading != NULL ||
+      g_get_monotonic_time () - since < (gint64) ka * 1000)
+    return;
+  hc->closing = TRUE;
+  weft_connection_close (hc->conn);
+}
+
+static gboolean
+keepalive_sweep (gpointer data)
+{
+  HttpSweep *sw = data;
+  pthread_mutex_lock (&sw->lock);
+  WeftHttpServer *server = sw->server;
+  if (server != NULL)
     {
-      hc->ka_timer = 0;
-      hc->closing = TRUE;
-      weft_connection_close (hc->conn);
-      return G_SOURCE_REMOVE;
+      gint64 limit = (gint64) server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS] * 1000;
+      gint64 now = g_get_monotonic_time ();
+      pthread_mutex_lock (&server->live_lock);
+      GHashTableIter it;
+      gpointer key;
+      g_hash_table_iter_init (&it, server->live);
+      while (g_hash_table_iter_next (&it, &key, NULL))
+        {
+          HttpConn *hc = key;
+          gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
+          if (since != 0 && now - since >= limit)
+            weft_context_post (hc->ctx, keepalive_close_job, weft_http_conn_ref (hc),
+                               (GDestroyNotify) weft_http_conn_unref);
+        }
+      pthread_mutex_unlock (&server->live_lock);
     }
+  pthread_mutex_unlock (&sw->lock);
   return G_SOURCE_CONTINUE;
+}
+
+static void
+sweep_free (gpointer data)
+{
+  HttpSweep *sw = data;
+  pthread_mutex_destroy (&sw->lock);
+  g_free (sw);
+}
+
+static void
+start_sweep (WeftHttpServer *self)
+{
+  guint64 ka = self->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  if (ka == 0)
+    return;
+  HttpSweep *sw = g_new0 (HttpSweep, 1);
+  pthread_mutex_init (&sw->lock, NULL);
+  sw->server = self;
+  self->sweep = sw;
+  self->sweep_ctx = weft_context_new (self->engine);
+  weft_context_add_timeout (self->sweep_ctx, (guint) MAX (ka / 2, 1), keepalive_sweep, sw,
+                            sweep_free);
+  weft_context_dispatch (self->sweep_ctx);
+}
+
+static void
+stop_sweep (WeftHttpServer *self)
+{
+  if (self->sweep == NULL)
+    return;
+  /* A sweep running now finishes first; later ones see no server. */
+  pthread_mutex_lock (&self->sweep->lock);
+  self->sweep->server = NULL;
+  pthread_mutex_unlock (&self->sweep->lock);
+  weft_context_destroy (self->sweep_ctx);
+  weft_context_unref (self->sweep_ctx);
+  self->sweep = NULL;
+  self->sweep_ctx = NULL;
 }
 
 /* A slice of the head at @buf as a C string in the copy: the byte after
@@ -626,7 +697,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   WeftHttpHeader headers[MAX_HEADERS];
   gint64 now = g_get_monotonic_time (); /* one read for the heads of one read */
 
-  hc->idle_since = 0;
+  atomic_store_explicit (&hc->idle_since, 0, memory_order_relaxed);
   while (consumed < len && !hc->closing && !hc->closed)
     {
       if (hc->reading != NULL)
@@ -714,12 +785,7 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   pthread_mutex_lock (&server->live_lock);
   g_hash_table_add (server->live, hc);
   pthread_mutex_unlock (&server->live_lock);
-  guint64 ka = server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
-  if (ka != 0)
-    {
-      hc->idle_since = g_get_monotonic_time ();
-      hc->ka_timer = weft_context_add_timeout (hc->ctx, (guint) ka, keepalive_check, hc, NULL);
-    }
+  atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
   if (server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] != 0)
     weft_connection_set_write_timeout (conn, (guint) server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS]);
   /* Answers are whole messages written at once: Nagle could only hold
@@ -787,6 +853,7 @@ weft_http_server_unref (WeftHttpServer *self)
   g_return_if_fail (self != NULL);
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
+  stop_sweep (self);
   weft_listener_unref (self->listener);
   weft_http_router_free (self->router);
   if (self->log != NULL)
@@ -972,7 +1039,10 @@ weft_http_server_start (WeftHttpServer *self, GError **error)
   self->limits.max_body = self->limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES];
   weft_listener_set_max_connections (self->listener,
                                      (guint) self->limit[WEFT_HTTP_LIMIT_MAX_CONNECTIONS]);
-  return weft_listener_start (self->listener, error);
+  if (!weft_listener_start (self->listener, error))
+    return FALSE;
+  start_sweep (self);
+  return TRUE;
 }
 
 /**

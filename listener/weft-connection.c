@@ -158,6 +158,7 @@ struct _WeftConnection {
 
 static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
 static void flush (WeftConnection *self);
+static void arm_write_check (WeftConnection *self);
 static void update_interest (WeftConnection *self);
 static void fail (WeftConnection *self, GError *error);
 static void finish_close (WeftConnection *self, gboolean abortive);
@@ -1311,6 +1312,9 @@ flush (WeftConnection *self)
     }
 
 after:
+  /* The write timeout's timer runs only while output waits. */
+  if (!self->closed && self->wq_head != NULL && self->write_ms != 0 && self->write_id == 0)
+    arm_write_check (self);
   if (self->closed || self->wq_head != NULL || self->handshaking)
     return;
   if (self->closing)
@@ -1682,6 +1686,17 @@ weft_connection_set_idle_timeout (WeftConnection *self, guint timeout_ms)
     self->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
 }
 
+static gboolean write_check (gpointer data);
+
+static void
+arm_write_check (WeftConnection *self)
+{
+  self->sent_at_check = self->sent_total;
+  self->stalled_checks = 0;
+  self->write_id = weft_context_add_timeout (self->ctx, MAX (self->write_ms / 2, 1), write_check,
+                                             self, NULL);
+}
+
 static gboolean
 write_check (gpointer data)
 {
@@ -1689,7 +1704,12 @@ write_check (gpointer data)
   /* Checked every write_ms / 2 by a progress count, not a clock read per
    * write: three checks in a row with output queued and none taken means
    * the peer took nothing for between write_ms and 1.5 x write_ms. */
-  if (self->wq_head == NULL || self->sent_total != self->sent_at_check)
+  if (self->wq_head == NULL)
+    {
+      self->write_id = 0; /* nothing waits: rearmed by the next flush that leaves some */
+      return G_SOURCE_REMOVE;
+    }
+  if (self->sent_total != self->sent_at_check)
     self->stalled_checks = 0;
   else
     self->stalled_checks++;
@@ -1721,11 +1741,8 @@ weft_connection_set_write_timeout (WeftConnection *self, guint timeout_ms)
     weft_context_remove (self->ctx, self->write_id);
   self->write_id = 0;
   self->write_ms = timeout_ms;
-  self->sent_at_check = self->sent_total;
-  self->stalled_checks = 0;
-  if (timeout_ms != 0)
-    self->write_id = weft_context_add_timeout (self->ctx, MAX (timeout_ms / 2, 1), write_check,
-                                               self, NULL);
+  if (timeout_ms != 0 && self->wq_head != NULL)
+    arm_write_check (self);
 }
 
 /* ---- addresses --------------------------------------------------------- */
