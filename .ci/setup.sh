@@ -14,6 +14,7 @@ packages=(
   libssl-dev        # OpenSSL 3: TLS on connections
   openssl           # tests: s_client; bench/echo-compare: a certificate
   curl              # tests: a real client
+  apache2-utils     # tests: ab -k against the HTTP server
   python3           # examples/demo-smoke.py
   clang             # tests/fuzz/run: libFuzzer targets
   libclang-rt-14-dev

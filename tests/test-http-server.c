@@ -511,6 +511,34 @@ test_shutdown (void)
   srv_stop (&s);
 }
 
+/* ApacheBench with keep-alive: every request answered, on few
+ * connections, none failed. */
+static void
+test_ab_keepalive (void)
+{
+  const char *ab = g_getenv ("WEFT_TEST_AB");
+  if (ab == NULL)
+    {
+      g_test_skip ("ab (apache2-utils) not found");
+      return;
+    }
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *url = g_strdup_printf ("http://127.0.0.1:%u/", s.port);
+  const char *argv[] = { ab, "-k", "-q", "-n", "4000", "-c", "20", url, NULL };
+  gchar *out = NULL;
+  gboolean ok = run (argv, &out);
+  g_test_message ("%s", out);
+  g_assert_true (ok);
+  g_assert_nonnull (strstr (out, "Complete requests:      4000\n"));
+  g_assert_nonnull (strstr (out, "Failed requests:        0\n"));
+  g_assert_nonnull (strstr (out, "Keep-Alive requests:    4000\n"));
+  g_assert_nonnull (strstr (out, "Document Length:        13 bytes\n"));
+  g_free (out);
+  g_free (url);
+  srv_stop (&s);
+}
+
 /* ---- routes, limits, timeouts, log, status ---------------------------- */
 
 static gchar *
@@ -779,6 +807,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
   g_test_add_func ("/http-server/static-files", test_static_files);
   g_test_add_func ("/http-server/shutdown", test_shutdown);
+  g_test_add_func ("/http-server/ab-keepalive", test_ab_keepalive);
   g_test_add_func ("/http-server/params-and-query", test_params);
   g_test_add_func ("/http-server/limits", test_limits);
   g_test_add_func ("/http-server/body-timeouts", test_body_timeouts);
