@@ -31,6 +31,15 @@ echo (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
                                    weft_http_request_get_body (request));
 }
 
+/* The contract says "anything else 404", also for other methods on / and
+ * /echo (the library's own answer there would be 405 with Allow). */
+static void
+not_found (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  static const char body[] = "404 Not Found\n";
+  weft_http_request_respond (request, 404, "text/plain", (const guint8 *) body, sizeof body - 1);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -71,6 +80,7 @@ main (int argc, char **argv)
   weft_http_server_add_handler (server, "GET", "/", hello, NULL, NULL);
   weft_http_server_add_handler (server, "POST", "/echo", echo, NULL, NULL);
   weft_http_server_add_handler (server, "PUT", "/echo", echo, NULL, NULL);
+  weft_http_server_add_handler (server, NULL, "/*", not_found, NULL, NULL);
   WeftListener *listener = weft_http_server_get_listener (server);
   weft_listener_set_backlog (listener, 4096);
   if (!weft_listener_add_tcp (listener, host != NULL ? host : "127.0.0.1", (guint16) port,

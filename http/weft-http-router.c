@@ -6,8 +6,8 @@
  * segment takes the decoded segment as its value. An escaped slash (%2F)
  * stays inside its segment, so decoding can never change which route a
  * path reaches. Routes are tried in the order they were added; the first
- * that matches both path and method wins, and a GET route also answers
- * HEAD.
+ * that matches both path and method wins, a GET route counting as a HEAD
+ * route too.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -273,10 +273,8 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
   *route = NULL;
   *params = NULL;
   *n_params = 0;
-  const WeftHttpRoute *fallback = NULL; /* a GET route for HEAD */
   gboolean path_seen = FALSE;
   gboolean is_head = strcmp (method, "HEAD") == 0;
-  Raw vals_fallback[WEFT_HTTP_MAX_PARAMS];
   Raw vals[WEFT_HTTP_MAX_PARAMS];
   GString *scratch = NULL;
   WeftHttpRouteResult result = WEFT_HTTP_ROUTE_NOT_FOUND;
@@ -302,10 +300,12 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
           *route = r;
           break;
         }
-      if (is_head && fallback == NULL && strcmp (r->method, "GET") == 0)
+      if (is_head && strcmp (r->method, "GET") == 0)
         {
-          fallback = r;
-          memcpy (vals_fallback, vals, sizeof (Raw) * r->n_params);
+          /* HEAD is GET without the body (RFC 9110 9.3.2): the first of
+           * a HEAD, GET or any-method route on the path serves it. */
+          *route = r;
+          break;
         }
       if (allow != NULL)
         {
@@ -313,11 +313,6 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
           if (strcmp (r->method, "GET") == 0)
             add_allowed (allow, "HEAD");
         }
-    }
-  if (*route == NULL && fallback != NULL)
-    {
-      *route = fallback;
-      memcpy (vals, vals_fallback, sizeof (Raw) * fallback->n_params);
     }
   if (*route == NULL)
     {

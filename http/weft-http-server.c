@@ -883,7 +883,8 @@ weft_http_server_get_listener (WeftHttpServer *self)
  * weft_http_server_add_handler_full:
  * @self: a server, not started yet
  * @method: (nullable): the method to serve ("GET", "POST", ...), or %NULL
- *   for any; a GET handler also answers HEAD unless a HEAD handler exists
+ *   for any; a GET handler also answers HEAD (the first route in order
+ *   that fits wins)
  * @path: the path pattern: segments separated by '/', each literal or a
  *   whole `{name}` segment (read with weft_http_request_get_param()),
  *   optionally ending in a star for a prefix ("/static/" then "*"); or

@@ -11,8 +11,9 @@
 /* Handlers are just tags here. */
 #define H(n) GINT_TO_POINTER (n)
 
+/* Rows named "...catch-all..." get a final any-method "/" + "*" route as well. */
 static WeftHttpRouter *
-make_router (void)
+make_router (gboolean catch_all)
 {
   WeftHttpRouter *r = weft_http_router_new ();
   g_assert_true (weft_http_router_add (r, "GET", "/", 0, H (1), NULL, NULL));
@@ -26,6 +27,12 @@ make_router (void)
   g_assert_true (weft_http_router_add (r, "POST", "/echo", 0, H (9), NULL, NULL));
   g_assert_true (weft_http_router_add (r, "GET", "/a/{x}/c", 0, H (10), NULL, NULL));
   g_assert_true (weft_http_router_add (r, "GET", "/a/b/c", 0, H (11), NULL, NULL));
+  g_assert_true (weft_http_router_add (r, "GET", "/h", 0, H (12), NULL, NULL));
+  g_assert_true (weft_http_router_add (r, "HEAD", "/h", 0, H (13), NULL, NULL));
+  g_assert_true (weft_http_router_add (r, "HEAD", "/h2", 0, H (14), NULL, NULL));
+  g_assert_true (weft_http_router_add (r, "GET", "/h2", 0, H (15), NULL, NULL));
+  if (catch_all)
+    g_assert_true (weft_http_router_add (r, NULL, "/*", 0, H (16), NULL, NULL));
   return r;
 }
 
@@ -63,9 +70,14 @@ static const Row rows[] = {
   { "literal-encoded-letter", "POST", "/%65cho", WEFT_HTTP_ROUTE_FOUND, 9, NULL, NULL },
   { "method-not-allowed", "GET", "/echo", WEFT_HTTP_ROUTE_BAD_METHOD, 0, NULL, "POST" },
   { "method-not-allowed-list", "DELETE", "/users/1", WEFT_HTTP_ROUTE_BAD_METHOD, 0, NULL, "GET, HEAD, PUT" },
-  { "first-added-wins", "GET", "/a/b/c", WEFT_HTTP_ROUTE_FOUND, 10, "x=b", NULL },
   { "not-found", "GET", "/nope", WEFT_HTTP_ROUTE_NOT_FOUND, 0, NULL, NULL },
   { "trailing-slash-differs", "POST", "/echo/", WEFT_HTTP_ROUTE_NOT_FOUND, 0, NULL, NULL },
+  { "first-added-wins", "GET", "/a/b/c", WEFT_HTTP_ROUTE_FOUND, 10, "x=b", NULL },
+  { "head-get-first-wins", "HEAD", "/h", WEFT_HTTP_ROUTE_FOUND, 12, NULL, NULL },
+  { "head-head-first-wins", "HEAD", "/h2", WEFT_HTTP_ROUTE_FOUND, 14, NULL, NULL },
+  { "head-before-catch-all", "HEAD", "/", WEFT_HTTP_ROUTE_FOUND, 1, NULL, NULL },
+  { "catch-all-other-method", "DELETE", "/echo", WEFT_HTTP_ROUTE_FOUND, 16, NULL, NULL },
+  { "catch-all", "GET", "/nope", WEFT_HTTP_ROUTE_FOUND, 16, NULL, NULL },
   { "bad-escape", "GET", "/users/%zz", WEFT_HTTP_ROUTE_BAD_PATH, 0, NULL, NULL },
   { "truncated-escape", "GET", "/users/%4", WEFT_HTTP_ROUTE_BAD_PATH, 0, NULL, NULL },
   { "nul-escape", "GET", "/users/a%00b", WEFT_HTTP_ROUTE_BAD_PATH, 0, NULL, NULL },
@@ -76,7 +88,7 @@ static void
 test_row (gconstpointer data)
 {
   const Row *row = data;
-  WeftHttpRouter *r = make_router ();
+  WeftHttpRouter *r = make_router (strstr (row->name, "catch-all") != NULL);
   const WeftHttpRoute *route = NULL;
   WeftHttpParam *params = NULL;
   guint n = 0;
