@@ -418,6 +418,7 @@ body_check (gpointer data)
  * posts each a job that checks again on its own context and closes it.
  * A connection closes between one and one and a half periods idle. */
 typedef struct _HttpSweep {
+  gint ref_count;         /* the server's and the timer's: either may go first */
   pthread_mutex_t lock;
   WeftHttpServer *server; /* HOLDS: lock; NULL once the server is gone */
 } HttpSweep;
@@ -464,9 +465,11 @@ keepalive_sweep (gpointer data)
 }
 
 static void
-sweep_free (gpointer data)
+sweep_unref (gpointer data)
 {
   HttpSweep *sw = data;
+  if (!g_atomic_int_dec_and_test (&sw->ref_count))
+    return;
   pthread_mutex_destroy (&sw->lock);
   g_free (sw);
 }
@@ -478,12 +481,14 @@ start_sweep (WeftHttpServer *self)
   if (ka == 0)
     return;
   HttpSweep *sw = g_new0 (HttpSweep, 1);
+  sw->ref_count = 2;
   pthread_mutex_init (&sw->lock, NULL);
   sw->server = self;
   self->sweep = sw;
   self->sweep_ctx = weft_context_new (self->engine);
-  weft_context_add_timeout (self->sweep_ctx, (guint) MAX (ka / 2, 1), keepalive_sweep, sw,
-                            sweep_free);
+  if (weft_context_add_timeout (self->sweep_ctx, (guint) MAX (ka / 2, 1), keepalive_sweep, sw,
+                                sweep_unref) == 0)
+    sweep_unref (sw); /* the context is closed already: no timer */
   weft_context_dispatch (self->sweep_ctx);
 }
 
@@ -492,12 +497,15 @@ stop_sweep (WeftHttpServer *self)
 {
   if (self->sweep == NULL)
     return;
-  /* A sweep running now finishes first; later ones see no server. */
+  /* A sweep running now finishes first; later ones see no server. (The
+   * engine may have closed the sweep's context already, freeing the
+   * timer's reference: the server keeps its own.) */
   pthread_mutex_lock (&self->sweep->lock);
   self->sweep->server = NULL;
   pthread_mutex_unlock (&self->sweep->lock);
   weft_context_destroy (self->sweep_ctx);
   weft_context_unref (self->sweep_ctx);
+  sweep_unref (self->sweep);
   self->sweep = NULL;
   self->sweep_ctx = NULL;
 }
