@@ -9,6 +9,7 @@
 #include "weft-engine.h"
 #include "weft-context.h"
 #include "weft-join.h"
+#include "weft-coro.h"
 #include "weft-connection.h"
 #include "weft-tls.h"
 #include "weft-listener.h"

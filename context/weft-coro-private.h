@@ -1,0 +1,65 @@
+/* weft-coro-private.h: coroutine internals shared by weft-coro.c (life,
+ * suspension, I/O) and weft-coro-sync.c (mutex, condition, channel).
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#pragma once
+
+#include "weft-context.h"
+#include "weft-coro.h"
+#include "weft-coro-switch.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Why a suspended coroutine was resumed. */
+enum {
+  WEFT_CORO_WAKE_EVENT = 1,    /* what it waited for happened */
+  WEFT_CORO_WAKE_TIMEOUT = 2,
+  WEFT_CORO_WAKE_INTERRUPT = 3,
+};
+
+/* A coroutine waiting in a mutex's, condition's or channel's queue; lives
+ * on the waiter's stack, linked under the object's lock. */
+typedef struct _WeftCoroWaiter WeftCoroWaiter;
+struct _WeftCoroWaiter {
+  WeftCoro *coro;
+  WeftCoroWaiter *prev, *next;
+  gboolean queued;     /* HOLDS: the object's lock */
+  gpointer item;       /* a channel's hand-over */
+};
+
+typedef struct {
+  WeftCoroWaiter *head, *tail;
+} WeftCoroWaitQueue;
+
+void weft__coro_queue_push (WeftCoroWaitQueue *q, WeftCoroWaiter *w);
+void weft__coro_queue_remove (WeftCoroWaitQueue *q, WeftCoroWaiter *w);
+/* Pops waiters until one is woken (a waiter already woken by its timeout
+ * or an interrupt is skipped); returns it, or NULL. HOLDS: the lock. */
+WeftCoroWaiter *weft__coro_queue_wake_one (WeftCoroWaitQueue *q);
+
+/* The running coroutine (never cached across a switch), or NULL. */
+WeftCoro *weft__coro_current (void);
+/* Marks @c as about to wait: from now on a wake counts. Returns FALSE
+ * (and consumes it) if an interrupt is pending. */
+gboolean weft__coro_prepare_wait (WeftCoro *c);
+/* Suspends @c, prepared, until a wake, @timeout_ms (< 0: none) or an
+ * interrupt; returns the WEFT_CORO_WAKE_ reason. */
+gint weft__coro_wait (WeftCoro *c, gint timeout_ms);
+/* Wakes @c if it is waiting (any thread); FALSE if it was not. */
+gboolean weft__coro_wake (WeftCoro *c, gint reason);
+
+/* Stacks: mmap'ed, a guard page below, cached. */
+typedef struct _WeftCoroStack WeftCoroStack;
+struct _WeftCoroStack {
+  void *lo;          /* usable: [lo, lo + size) */
+  gsize size;
+  void *map;         /* with the guard page */
+  gsize map_size;
+  guint vg_id;       /* Valgrind's stack id */
+  WeftCoroStack *next;
+};
+
+WeftCoroStack *weft__coro_stack_get (gsize size);
+void weft__coro_stack_put (WeftCoroStack *stack);

@@ -1,0 +1,143 @@
+/* weft-coro-stack.c: coroutine stacks. Each is an mmap'ed region with a
+ * PROT_NONE guard page below it, so an overflow faults instead of
+ * overwriting a neighbour. Freed stacks are cached: up to 16 per thread
+ * without a lock, then up to 256 in a shared list under a mutex; beyond
+ * that they are unmapped. Only whole-page sizes are used.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-coro-private.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+#ifdef WEFT_HAVE_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
+#define LOCAL_MAX 16
+#define SHARED_MAX 256
+
+typedef struct {
+  WeftCoroStack *items[LOCAL_MAX];
+  guint n;
+} LocalCache;
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static WeftCoroStack *shared;   /* HOLDS: shared_lock */
+static guint n_shared;          /* HOLDS: shared_lock */
+
+static gsize
+page_size (void)
+{
+  static gsize ps;
+  if (ps == 0)
+    ps = (gsize) sysconf (_SC_PAGESIZE);
+  return ps;
+}
+
+static void
+unmap (WeftCoroStack *s)
+{
+#ifdef WEFT_HAVE_VALGRIND
+  VALGRIND_STACK_DEREGISTER (s->vg_id);
+#endif
+  munmap (s->map, s->map_size);
+  g_free (s);
+}
+
+static void
+shared_put (WeftCoroStack *s)
+{
+  pthread_mutex_lock (&shared_lock);
+  if (n_shared < SHARED_MAX)
+    {
+      s->next = shared;
+      shared = s;
+      n_shared++;
+      s = NULL;
+    }
+  pthread_mutex_unlock (&shared_lock);
+  if (s != NULL)
+    unmap (s);
+}
+
+static void
+local_free (gpointer data)
+{
+  LocalCache *lc = data;
+  for (guint i = 0; i < lc->n; i++)
+    shared_put (lc->items[i]);
+  g_free (lc);
+}
+
+static GPrivate local_key = G_PRIVATE_INIT (local_free);
+
+static LocalCache *
+local (void)
+{
+  LocalCache *lc = g_private_get (&local_key);
+  if (lc == NULL)
+    {
+      lc = g_new0 (LocalCache, 1);
+      g_private_set (&local_key, lc);
+    }
+  return lc;
+}
+
+WeftCoroStack *
+weft__coro_stack_get (gsize size)
+{
+  gsize ps = page_size ();
+  size = (size + ps - 1) & ~(ps - 1);
+  LocalCache *lc = local ();
+  for (guint i = lc->n; i > 0; i--)
+    if (lc->items[i - 1]->size == size)
+      {
+        WeftCoroStack *s = lc->items[i - 1];
+        lc->items[i - 1] = lc->items[--lc->n];
+        return s;
+      }
+  pthread_mutex_lock (&shared_lock);
+  for (WeftCoroStack **p = &shared; *p != NULL; p = &(*p)->next)
+    if ((*p)->size == size)
+      {
+        WeftCoroStack *s = *p;
+        *p = s->next;
+        n_shared--;
+        pthread_mutex_unlock (&shared_lock);
+        return s;
+      }
+  pthread_mutex_unlock (&shared_lock);
+
+  gsize map_size = size + ps;
+  void *map = mmap (NULL, map_size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (map == MAP_FAILED)
+    return NULL;
+  if (mprotect (map, ps, PROT_NONE) != 0) /* the guard page, below */
+    {
+      munmap (map, map_size);
+      return NULL;
+    }
+  WeftCoroStack *s = g_new0 (WeftCoroStack, 1);
+  s->map = map;
+  s->map_size = map_size;
+  s->lo = (char *) map + ps;
+  s->size = size;
+#ifdef WEFT_HAVE_VALGRIND
+  s->vg_id = VALGRIND_STACK_REGISTER (s->lo, (char *) s->lo + size);
+#endif
+  return s;
+}
+
+void
+weft__coro_stack_put (WeftCoroStack *s)
+{
+  LocalCache *lc = local ();
+  if (lc->n < LOCAL_MAX)
+    {
+      lc->items[lc->n++] = s;
+      return;
+    }
+  shared_put (s);
+}

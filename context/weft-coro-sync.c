@@ -1,0 +1,446 @@
+/* weft-coro-sync.c: mutex, condition variable and bounded channel for
+ * coroutines. Coroutines of different contexts run on different workers at
+ * once, so each object has a pthread mutex around its state and its wait
+ * queues; a waiter enqueues itself and marks itself waiting under that
+ * lock, so a wake cannot be lost between checking and suspending. Wakers
+ * skip waiters that a timeout or an interrupt has already woken.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-coro-private.h"
+
+#include <errno.h>
+
+struct _WeftCoroMutex {
+  pthread_mutex_t lock;
+  WeftCoro *owner;          /* HOLDS: lock */
+  WeftCoroWaitQueue q;      /* HOLDS: lock */
+};
+
+struct _WeftCoroCond {
+  pthread_mutex_t lock;
+  WeftCoroWaitQueue q;      /* HOLDS: lock */
+};
+
+struct _WeftCoroChannel {
+  pthread_mutex_t lock;
+  gpointer *items;          /* ring; HOLDS: lock */
+  guint capacity;
+  guint head, n;            /* HOLDS: lock */
+  gboolean closed;          /* HOLDS: lock */
+  WeftCoroWaitQueue senders, receivers; /* HOLDS: lock */
+  GDestroyNotify item_free;
+};
+
+static gint
+as_errno (gint reason)
+{
+  return reason == WEFT_CORO_WAKE_EVENT ? 0 : reason == WEFT_CORO_WAKE_TIMEOUT ? -ETIMEDOUT : -EINTR;
+}
+
+static WeftCoro *
+current (const char *func)
+{
+  WeftCoro *c = weft__coro_current ();
+  if (c == NULL)
+    g_critical ("%s: not called from a coroutine", func);
+  return c;
+}
+
+/* Waits in @q (whose object lock @lock is held; it is released) until
+ * woken; returns the reason. */
+static gint
+wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_ms,
+         WeftCoroWaiter *w)
+{
+  w->coro = c;
+  weft__coro_queue_push (q, w);
+  pthread_mutex_unlock (lock);
+  gint reason = weft__coro_wait (c, timeout_ms);
+  pthread_mutex_lock (lock);
+  if (w->queued)
+    weft__coro_queue_remove (q, w);
+  pthread_mutex_unlock (lock);
+  return reason;
+}
+
+/* ---- mutex -------------------------------------------------------------- */
+
+/**
+ * weft_coro_mutex_new:
+ *
+ * Returns: (transfer full): a new, unlocked mutex
+ */
+WeftCoroMutex *
+weft_coro_mutex_new (void)
+{
+  WeftCoroMutex *m = g_new0 (WeftCoroMutex, 1);
+  pthread_mutex_init (&m->lock, NULL);
+  return m;
+}
+
+/**
+ * weft_coro_mutex_free:
+ * @mutex: (transfer full): an unlocked mutex nobody waits for
+ */
+void
+weft_coro_mutex_free (WeftCoroMutex *mutex)
+{
+  g_return_if_fail (mutex != NULL);
+  g_return_if_fail (mutex->owner == NULL && mutex->q.head == NULL);
+  pthread_mutex_destroy (&mutex->lock);
+  g_free (mutex);
+}
+
+/**
+ * weft_coro_mutex_lock:
+ * @mutex: a mutex
+ *
+ * From a coroutine: takes @mutex, suspending while another coroutine holds
+ * it. Waiters get it in the order they came (the unlocker hands it over).
+ *
+ * Returns: 0 once held; -EINTR if interrupted (not held); -EDEADLK if the
+ *   calling coroutine holds it already
+ */
+gint
+weft_coro_mutex_lock (WeftCoroMutex *mutex)
+{
+  g_return_val_if_fail (mutex != NULL, -EINVAL);
+  WeftCoro *c = current (G_STRFUNC);
+  g_return_val_if_fail (c != NULL, -EINVAL);
+  pthread_mutex_lock (&mutex->lock);
+  if (mutex->owner == NULL)
+    {
+      mutex->owner = c;
+      pthread_mutex_unlock (&mutex->lock);
+      return 0;
+    }
+  if (mutex->owner == c)
+    {
+      pthread_mutex_unlock (&mutex->lock);
+      return -EDEADLK;
+    }
+  if (!weft__coro_prepare_wait (c))
+    {
+      pthread_mutex_unlock (&mutex->lock);
+      return -EINTR;
+    }
+  WeftCoroWaiter w = { 0 };
+  gint reason = wait_in (&mutex->lock, &mutex->q, c, -1, &w);
+  /* Woken by the hand-over: it is ours. Else (interrupted) it never was. */
+  return reason == WEFT_CORO_WAKE_EVENT ? 0 : -EINTR;
+}
+
+/**
+ * weft_coro_mutex_trylock:
+ * @mutex: a mutex
+ *
+ * Returns: %TRUE if the calling coroutine now holds @mutex
+ */
+gboolean
+weft_coro_mutex_trylock (WeftCoroMutex *mutex)
+{
+  g_return_val_if_fail (mutex != NULL, FALSE);
+  WeftCoro *c = current (G_STRFUNC);
+  g_return_val_if_fail (c != NULL, FALSE);
+  pthread_mutex_lock (&mutex->lock);
+  gboolean ok = mutex->owner == NULL;
+  if (ok)
+    mutex->owner = c;
+  pthread_mutex_unlock (&mutex->lock);
+  return ok;
+}
+
+/**
+ * weft_coro_mutex_unlock:
+ * @mutex: a mutex the calling coroutine holds
+ *
+ * Releases @mutex, handing it to the first waiter, if any.
+ */
+void
+weft_coro_mutex_unlock (WeftCoroMutex *mutex)
+{
+  g_return_if_fail (mutex != NULL);
+  WeftCoro *c = current (G_STRFUNC);
+  pthread_mutex_lock (&mutex->lock);
+  if (mutex->owner != c || c == NULL)
+    {
+      pthread_mutex_unlock (&mutex->lock);
+      g_critical ("weft_coro_mutex_unlock: the calling coroutine does not hold the mutex");
+      return;
+    }
+  WeftCoroWaiter *w = weft__coro_queue_wake_one (&mutex->q);
+  mutex->owner = w != NULL ? w->coro : NULL;
+  pthread_mutex_unlock (&mutex->lock);
+}
+
+/* Takes @mutex back after a condition wait, whatever interrupts come; an
+ * interrupt seen meanwhile is kept pending for the next wait. */
+static void
+relock (WeftCoroMutex *mutex, WeftCoro *c)
+{
+  gboolean interrupted = FALSE;
+  while (weft_coro_mutex_lock (mutex) == -EINTR)
+    interrupted = TRUE;
+  if (interrupted)
+    weft_coro_interrupt (c);
+}
+
+/* ---- condition ---------------------------------------------------------- */
+
+/**
+ * weft_coro_cond_new:
+ *
+ * Returns: (transfer full): a new condition variable
+ */
+WeftCoroCond *
+weft_coro_cond_new (void)
+{
+  WeftCoroCond *cond = g_new0 (WeftCoroCond, 1);
+  pthread_mutex_init (&cond->lock, NULL);
+  return cond;
+}
+
+/**
+ * weft_coro_cond_free:
+ * @cond: (transfer full): a condition nobody waits on
+ */
+void
+weft_coro_cond_free (WeftCoroCond *cond)
+{
+  g_return_if_fail (cond != NULL);
+  g_return_if_fail (cond->q.head == NULL);
+  pthread_mutex_destroy (&cond->lock);
+  g_free (cond);
+}
+
+/**
+ * weft_coro_cond_wait:
+ * @cond: a condition
+ * @mutex: (nullable): a mutex the calling coroutine holds, released while
+ *   waiting and held again on return (whatever the result); %NULL when
+ *   every coroutine using @cond runs in one context (they never run at
+ *   once, so checking and waiting cannot be split by a signal)
+ * @timeout_ms: milliseconds, or -1
+ *
+ * From a coroutine: waits (suspended) for weft_coro_cond_signal() or
+ * weft_coro_cond_broadcast().
+ *
+ * Returns: 0 when signalled, -ETIMEDOUT, or -EINTR
+ */
+gint
+weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms)
+{
+  g_return_val_if_fail (cond != NULL, -EINVAL);
+  WeftCoro *c = current (G_STRFUNC);
+  g_return_val_if_fail (c != NULL, -EINVAL);
+  pthread_mutex_lock (&cond->lock);
+  if (!weft__coro_prepare_wait (c))
+    {
+      pthread_mutex_unlock (&cond->lock);
+      return -EINTR;
+    }
+  WeftCoroWaiter w = { 0 };
+  w.coro = c;
+  weft__coro_queue_push (&cond->q, &w);
+  pthread_mutex_unlock (&cond->lock);
+  /* Queued before the mutex goes: a signal after it cannot be missed. */
+  if (mutex != NULL)
+    weft_coro_mutex_unlock (mutex);
+  gint reason = weft__coro_wait (c, timeout_ms);
+  pthread_mutex_lock (&cond->lock);
+  if (w.queued)
+    weft__coro_queue_remove (&cond->q, &w);
+  pthread_mutex_unlock (&cond->lock);
+  if (mutex != NULL)
+    relock (mutex, c);
+  return as_errno (reason);
+}
+
+/**
+ * weft_coro_cond_signal:
+ * @cond: a condition
+ *
+ * Wakes one waiting coroutine (the longest waiting), from any thread or
+ * coroutine.
+ */
+void
+weft_coro_cond_signal (WeftCoroCond *cond)
+{
+  g_return_if_fail (cond != NULL);
+  pthread_mutex_lock (&cond->lock);
+  weft__coro_queue_wake_one (&cond->q);
+  pthread_mutex_unlock (&cond->lock);
+}
+
+/**
+ * weft_coro_cond_broadcast:
+ * @cond: a condition
+ *
+ * Wakes every waiting coroutine, from any thread or coroutine.
+ */
+void
+weft_coro_cond_broadcast (WeftCoroCond *cond)
+{
+  g_return_if_fail (cond != NULL);
+  pthread_mutex_lock (&cond->lock);
+  while (weft__coro_queue_wake_one (&cond->q) != NULL)
+    ;
+  pthread_mutex_unlock (&cond->lock);
+}
+
+/* ---- channel ------------------------------------------------------------ */
+
+/**
+ * weft_coro_channel_new:
+ * @capacity: items it holds before senders wait (at least 1)
+ * @item_free: (nullable): frees items left in it when it is freed
+ *
+ * Returns: (transfer full): a new channel
+ */
+WeftCoroChannel *
+weft_coro_channel_new (guint capacity, GDestroyNotify item_free)
+{
+  g_return_val_if_fail (capacity >= 1, NULL);
+  WeftCoroChannel *ch = g_new0 (WeftCoroChannel, 1);
+  pthread_mutex_init (&ch->lock, NULL);
+  ch->items = g_new0 (gpointer, capacity);
+  ch->capacity = capacity;
+  ch->item_free = item_free;
+  return ch;
+}
+
+/**
+ * weft_coro_channel_free:
+ * @channel: (transfer full): a channel nobody waits on
+ */
+void
+weft_coro_channel_free (WeftCoroChannel *channel)
+{
+  g_return_if_fail (channel != NULL);
+  g_return_if_fail (channel->senders.head == NULL && channel->receivers.head == NULL);
+  for (guint i = 0; i < channel->n; i++)
+    if (channel->item_free != NULL)
+      channel->item_free (channel->items[(channel->head + i) % channel->capacity]);
+  g_free (channel->items);
+  pthread_mutex_destroy (&channel->lock);
+  g_free (channel);
+}
+
+/**
+ * weft_coro_channel_send:
+ * @channel: a channel
+ * @item: (transfer full) (nullable): the item
+ * @timeout_ms: milliseconds to wait for room, or -1
+ *
+ * From a coroutine: adds @item, waiting (suspended) while the channel is
+ * full. On failure the caller keeps @item.
+ *
+ * Returns: 0; -EPIPE if the channel is closed; -ETIMEDOUT; -EINTR
+ */
+gint
+weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms)
+{
+  g_return_val_if_fail (channel != NULL, -EINVAL);
+  WeftCoro *c = current (G_STRFUNC);
+  g_return_val_if_fail (c != NULL, -EINVAL);
+  for (;;)
+    {
+      pthread_mutex_lock (&channel->lock);
+      if (channel->closed)
+        {
+          pthread_mutex_unlock (&channel->lock);
+          return -EPIPE;
+        }
+      if (channel->n < channel->capacity)
+        {
+          channel->items[(channel->head + channel->n) % channel->capacity] = item;
+          channel->n++;
+          weft__coro_queue_wake_one (&channel->receivers);
+          pthread_mutex_unlock (&channel->lock);
+          return 0;
+        }
+      if (!weft__coro_prepare_wait (c))
+        {
+          pthread_mutex_unlock (&channel->lock);
+          return -EINTR;
+        }
+      WeftCoroWaiter w = { 0 };
+      gint reason = wait_in (&channel->lock, &channel->senders, c, timeout_ms, &w);
+      if (reason != WEFT_CORO_WAKE_EVENT)
+        return as_errno (reason);
+    }
+}
+
+/**
+ * weft_coro_channel_receive:
+ * @channel: a channel
+ * @item: (out) (transfer full) (optional): the item
+ * @timeout_ms: milliseconds to wait for one, or -1
+ *
+ * From a coroutine: takes the oldest item, waiting (suspended) while the
+ * channel is empty.
+ *
+ * Returns: 0; -EPIPE once the channel is closed and empty; -ETIMEDOUT;
+ *   -EINTR
+ */
+gint
+weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeout_ms)
+{
+  g_return_val_if_fail (channel != NULL, -EINVAL);
+  WeftCoro *c = current (G_STRFUNC);
+  g_return_val_if_fail (c != NULL, -EINVAL);
+  if (item != NULL)
+    *item = NULL;
+  for (;;)
+    {
+      pthread_mutex_lock (&channel->lock);
+      if (channel->n > 0)
+        {
+          gpointer it = channel->items[channel->head];
+          channel->head = (channel->head + 1) % channel->capacity;
+          channel->n--;
+          weft__coro_queue_wake_one (&channel->senders);
+          pthread_mutex_unlock (&channel->lock);
+          if (item != NULL)
+            *item = it;
+          else if (channel->item_free != NULL)
+            channel->item_free (it);
+          return 0;
+        }
+      if (channel->closed)
+        {
+          pthread_mutex_unlock (&channel->lock);
+          return -EPIPE;
+        }
+      if (!weft__coro_prepare_wait (c))
+        {
+          pthread_mutex_unlock (&channel->lock);
+          return -EINTR;
+        }
+      WeftCoroWaiter w = { 0 };
+      gint reason = wait_in (&channel->lock, &channel->receivers, c, timeout_ms, &w);
+      if (reason != WEFT_CORO_WAKE_EVENT)
+        return as_errno (reason);
+    }
+}
+
+/**
+ * weft_coro_channel_close:
+ * @channel: a channel
+ *
+ * From anywhere: senders get -EPIPE from now on, receivers once the items
+ * left are taken; every waiter wakes.
+ */
+void
+weft_coro_channel_close (WeftCoroChannel *channel)
+{
+  g_return_if_fail (channel != NULL);
+  pthread_mutex_lock (&channel->lock);
+  channel->closed = TRUE;
+  while (weft__coro_queue_wake_one (&channel->senders) != NULL)
+    ;
+  while (weft__coro_queue_wake_one (&channel->receivers) != NULL)
+    ;
+  pthread_mutex_unlock (&channel->lock);
+}

@@ -1,0 +1,977 @@
+/* test-coro.c: coroutines inside contexts, one path per behaviour: the
+ * State Threads test list (own stack, not run inline, locals kept across a
+ * yield, join with a value, condition signal/broadcast/timeout, interrupt
+ * of sleep/condition/mutex, FIFO mutex hand-off, read timeout,
+ * write-then-read) plus migration across workers with errno, a channel,
+ * context destruction with suspended coroutines, stack overflow, and
+ * many concurrent coroutine connections.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-net-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+
+/* Coroutine code that uses errno across suspending calls reads it through
+ * Weft's lookup, never a cached address (docs/coroutines.md). */
+#undef errno
+#define errno (*weft_coro_errno_location ())
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MANY_CONNECTIONS 1000 /* sanitizers: 10x the memory and time per coroutine */
+#else
+#define MANY_CONNECTIONS 10000
+#endif
+
+typedef struct {
+  WeftEngine *engine;
+  WeftContext *ctx;
+} Env;
+
+static void
+env_init (Env *e, guint workers)
+{
+  e->engine = wt_engine_new (workers);
+  e->ctx = weft_context_new (e->engine);
+  weft_context_dispatch (e->ctx);
+}
+
+static void
+env_clear (Env *e)
+{
+  weft_context_destroy (e->ctx);
+  weft_context_unref (e->ctx);
+  weft_engine_unref (e->engine);
+}
+
+/* Spawns @func in @ctx and waits (on this thread) until it has ended. */
+static gpointer
+run_coro (WeftContext *ctx, WeftCoroFunc func, gpointer data)
+{
+  WeftCoro *c = weft_coro_spawn (ctx, func, data, NULL, 0);
+  g_assert_nonnull (c);
+  WT_WAIT_UNTIL (weft_coro_is_done (c));
+  weft_coro_unref (c);
+  return NULL;
+}
+
+/* ---- basics ------------------------------------------------------------- */
+
+typedef struct {
+  atomic_int ran;
+  guintptr coro_local;
+  guintptr job_local;
+  atomic_int job_done;
+} Basic;
+
+static gpointer
+note_stack (gpointer data)
+{
+  Basic *b = data;
+  int local = 0;
+  b->coro_local = (guintptr) &local;
+  g_assert_nonnull (weft_coro_self ());
+  atomic_store (&b->ran, 1);
+  return NULL;
+}
+
+static void
+note_job_stack (gpointer data)
+{
+  Basic *b = data;
+  int local = 0;
+  b->job_local = (guintptr) &local;
+  g_assert_null (weft_coro_self ());
+  /* Spawned from a job of its own context: it cannot run before this
+   * job returns. */
+  WeftCoro *c = weft_coro_spawn (weft_context_get_current (), note_stack, b, NULL, 0);
+  g_assert_cmpint (atomic_load (&b->ran), ==, 0);
+  weft_coro_unref (c);
+  g_usleep (20000);
+  g_assert_cmpint (atomic_load (&b->ran), ==, 0);
+  atomic_store (&b->job_done, 1);
+}
+
+/* The coroutine runs on a stack of its own, after the spawning job. */
+static void
+test_own_stack_not_inline (void)
+{
+  Env e;
+  env_init (&e, 2);
+  Basic b = { 0 };
+  weft_context_post (e.ctx, note_job_stack, &b, NULL);
+  WT_WAIT_UNTIL (atomic_load (&b.ran) == 1);
+  g_assert_cmpint (atomic_load (&b.job_done), ==, 1);
+  guintptr d = b.coro_local > b.job_local ? b.coro_local - b.job_local : b.job_local - b.coro_local;
+  g_assert_cmpuint (d, >, 256 * 1024); /* not the worker's stack */
+  env_clear (&e);
+}
+
+static gpointer
+yield_keeps_locals (gpointer data)
+{
+  volatile guint64 values[64];
+  for (guint i = 0; i < 64; i++)
+    values[i] = (guint64) i * 0x9E3779B97F4A7C15u;
+  double f = 1.5;
+  for (guint round = 0; round < 100; round++)
+    {
+      g_assert_cmpint (weft_coro_yield (), ==, 0);
+      f *= 1.000001;
+      for (guint i = 0; i < 64; i++)
+        g_assert_cmpuint (values[i], ==, (guint64) i * 0x9E3779B97F4A7C15u);
+    }
+  g_assert_cmpfloat (f, >, 1.5);
+  return GINT_TO_POINTER (42);
+}
+
+static void
+test_locals_across_yield (void)
+{
+  Env e;
+  env_init (&e, 2);
+  run_coro (e.ctx, yield_keeps_locals, NULL);
+  env_clear (&e);
+}
+
+static gpointer
+child_returns (gpointer data)
+{
+  weft_coro_sleep (10);
+  return g_strdup (data);
+}
+
+static gpointer
+parent_joins (gpointer data)
+{
+  WeftContext *other = data;
+  WeftCoro *child = weft_coro_spawn (other, child_returns, "result", NULL, 0);
+  gpointer r = NULL;
+  g_assert_cmpint (weft_coro_join (child, &r, -1), ==, 0);
+  g_assert_cmpstr (r, ==, "result");
+  /* Joining again gives the same pointer (freed once, below). */
+  g_assert_cmpint (weft_coro_join (child, &r, -1), ==, 0);
+  g_assert_cmpstr (r, ==, "result");
+  g_free (r);
+  g_assert_cmpint (weft_coro_join (weft_coro_self (), NULL, -1), ==, -EDEADLK);
+  weft_coro_unref (child);
+  return NULL;
+}
+
+/* A coroutine's value reaches a joiner in another context. */
+static void
+test_join_value (void)
+{
+  Env e;
+  env_init (&e, 2);
+  WeftContext *other = weft_context_new (e.engine);
+  weft_context_dispatch (other);
+  run_coro (e.ctx, parent_joins, other);
+  weft_context_destroy (other);
+  weft_context_unref (other);
+  env_clear (&e);
+}
+
+static gpointer
+sleeper (gpointer data)
+{
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_sleep (GPOINTER_TO_UINT (data)), ==, 0);
+  return GINT_TO_POINTER ((gint) ((g_get_monotonic_time () - t) / 1000));
+}
+
+static gpointer
+join_with_timeout (gpointer data)
+{
+  WeftCoro *s = weft_coro_spawn (weft_coro_get_context (weft_coro_self ()), sleeper,
+                                 GUINT_TO_POINTER (300), NULL, 0);
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_join (s, NULL, 50), ==, -ETIMEDOUT);
+  g_assert_cmpint (g_get_monotonic_time () - t, >=, 45000);
+  gpointer slept = NULL;
+  g_assert_cmpint (weft_coro_join (s, &slept, -1), ==, 0);
+  g_assert_cmpint (GPOINTER_TO_INT (slept), >=, 295);
+  weft_coro_unref (s);
+  return NULL;
+}
+
+/* Sleep lasts as long as asked; a join can time out and be tried again. */
+static void
+test_sleep_and_join_timeout (void)
+{
+  Env e;
+  env_init (&e, 2);
+  run_coro (e.ctx, join_with_timeout, NULL);
+  env_clear (&e);
+}
+
+/* ---- conditions, mutexes, interrupts ------------------------------------ */
+
+typedef struct {
+  WeftCoroCond *cond;
+  WeftCoroMutex *mutex;
+  atomic_int woken;
+  atomic_int waiting;
+  atomic_int result;
+  GPtrArray *order; /* under mutex */
+} Sync;
+
+static gpointer
+cond_waiter (gpointer data)
+{
+  Sync *s = data;
+  weft_coro_mutex_lock (s->mutex);
+  atomic_fetch_add (&s->waiting, 1);
+  gint r = weft_coro_cond_wait (s->cond, s->mutex, -1);
+  weft_coro_mutex_unlock (s->mutex);
+  atomic_store (&s->result, r);
+  atomic_fetch_add (&s->woken, 1);
+  return NULL;
+}
+
+static WeftContext *
+new_ctx (WeftEngine *engine)
+{
+  WeftContext *c = weft_context_new (engine);
+  weft_context_dispatch (c);
+  return c;
+}
+
+static void
+signal_job (gpointer data)
+{
+  weft_coro_cond_signal (data);
+}
+
+/* Signal wakes exactly one waiter; broadcast wakes the rest. Waiters live
+ * in three contexts, so they run on both workers. */
+static void
+test_cond_signal_broadcast (void)
+{
+  Env e;
+  env_init (&e, 2);
+  Sync s = { weft_coro_cond_new (), weft_coro_mutex_new () };
+  WeftContext *ctxs[3];
+  WeftCoro *c[3];
+  for (guint i = 0; i < 3; i++)
+    {
+      ctxs[i] = new_ctx (e.engine);
+      c[i] = weft_coro_spawn (ctxs[i], cond_waiter, &s, NULL, 0);
+    }
+  WT_WAIT_UNTIL (atomic_load (&s.waiting) == 3);
+  g_usleep (20000); /* each is in its wait (the mutex orders them) */
+  weft_context_post (e.ctx, signal_job, s.cond, NULL);
+  WT_WAIT_UNTIL (atomic_load (&s.woken) == 1);
+  g_usleep (50000);
+  g_assert_cmpint (atomic_load (&s.woken), ==, 1);
+  weft_coro_cond_broadcast (s.cond);
+  WT_WAIT_UNTIL (atomic_load (&s.woken) == 3);
+  g_assert_cmpint (atomic_load (&s.result), ==, 0);
+  for (guint i = 0; i < 3; i++)
+    {
+      WT_WAIT_UNTIL (weft_coro_is_done (c[i]));
+      weft_coro_unref (c[i]);
+      weft_context_destroy (ctxs[i]);
+      weft_context_unref (ctxs[i]);
+    }
+  weft_coro_cond_free (s.cond);
+  weft_coro_mutex_free (s.mutex);
+  env_clear (&e);
+}
+
+static gpointer
+timed_cond (gpointer data)
+{
+  WeftCoroCond *cond = data;
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_cond_wait (cond, NULL, 60), ==, -ETIMEDOUT);
+  g_assert_cmpint (g_get_monotonic_time () - t, >=, 55000);
+  return NULL;
+}
+
+static void
+test_cond_timeout (void)
+{
+  Env e;
+  env_init (&e, 2);
+  WeftCoroCond *cond = weft_coro_cond_new ();
+  run_coro (e.ctx, timed_cond, cond);
+  weft_coro_cond_free (cond);
+  env_clear (&e);
+}
+
+typedef enum { W_SLEEP, W_COND, W_MUTEX } WaitKind;
+
+typedef struct {
+  WaitKind kind;
+  WeftCoroCond *cond;
+  WeftCoroMutex *mutex;
+  atomic_int waiting;
+  atomic_int result;
+} Intr;
+
+static gpointer
+interruptible (gpointer data)
+{
+  Intr *in = data;
+  atomic_store (&in->waiting, 1);
+  gint r = 0;
+  switch (in->kind)
+    {
+    case W_SLEEP:
+      r = weft_coro_sleep (10000);
+      break;
+    case W_COND:
+      r = weft_coro_cond_wait (in->cond, NULL, -1);
+      break;
+    case W_MUTEX:
+      r = weft_coro_mutex_lock (in->mutex);
+      break;
+    }
+  atomic_store (&in->result, r == 0 ? 1 : r);
+  return NULL;
+}
+
+static gpointer
+hold_mutex (gpointer data)
+{
+  Intr *in = data;
+  g_assert_cmpint (weft_coro_mutex_lock (in->mutex), ==, 0);
+  weft_coro_sleep (300);
+  weft_coro_mutex_unlock (in->mutex);
+  return NULL;
+}
+
+/* weft_coro_interrupt() ends a sleep, a condition wait or a mutex wait
+ * with -EINTR, long before its time. */
+static void
+test_interrupt (gconstpointer data)
+{
+  WaitKind kind = GPOINTER_TO_INT (data);
+  Env e;
+  env_init (&e, 2);
+  Intr in = { kind, weft_coro_cond_new (), weft_coro_mutex_new () };
+  WeftCoro *holder = NULL;
+  if (kind == W_MUTEX)
+    {
+      holder = weft_coro_spawn (e.ctx, hold_mutex, &in, NULL, 0);
+      g_usleep (30000);
+    }
+  WeftContext *other = new_ctx (e.engine);
+  WeftCoro *c = weft_coro_spawn (other, interruptible, &in, NULL, 0);
+  WT_WAIT_UNTIL (atomic_load (&in.waiting) == 1);
+  g_usleep (20000);
+  gint64 t = g_get_monotonic_time ();
+  weft_coro_interrupt (c);
+  WT_WAIT_UNTIL (atomic_load (&in.result) != 0);
+  g_assert_cmpint (atomic_load (&in.result), ==, -EINTR);
+  g_assert_cmpint (g_get_monotonic_time () - t, <, 200000);
+  WT_WAIT_UNTIL (weft_coro_is_done (c));
+  weft_coro_unref (c);
+  if (holder != NULL)
+    {
+      WT_WAIT_UNTIL (weft_coro_is_done (holder));
+      weft_coro_unref (holder);
+    }
+  weft_context_destroy (other);
+  weft_context_unref (other);
+  weft_coro_cond_free (in.cond);
+  weft_coro_mutex_free (in.mutex);
+  env_clear (&e);
+}
+
+typedef struct {
+  WeftCoroMutex *mutex;
+  pthread_mutex_t lock;
+  GString *order;
+  atomic_int queued;
+} Fifo;
+
+typedef struct {
+  Fifo *f;
+  char name;
+} FifoArg;
+
+static gpointer
+fifo_locker (gpointer data)
+{
+  FifoArg *a = data;
+  atomic_fetch_add (&a->f->queued, 1);
+  g_assert_cmpint (weft_coro_mutex_lock (a->f->mutex), ==, 0);
+  pthread_mutex_lock (&a->f->lock);
+  g_string_append_c (a->f->order, a->name);
+  pthread_mutex_unlock (&a->f->lock);
+  weft_coro_sleep (5);
+  weft_coro_mutex_unlock (a->f->mutex);
+  return NULL;
+}
+
+static gpointer
+fifo_owner (gpointer data)
+{
+  Fifo *f = data;
+  g_assert_cmpint (weft_coro_mutex_lock (f->mutex), ==, 0);
+  g_assert_false (weft_coro_mutex_trylock (f->mutex));
+  g_assert_cmpint (weft_coro_mutex_lock (f->mutex), ==, -EDEADLK);
+  /* Waiters arrive one by one, in different contexts. */
+  WeftEngine *engine = weft_context_get_engine (weft_coro_get_context (weft_coro_self ()));
+  static FifoArg args[4];
+  WeftContext *ctxs[4];
+  WeftCoro *cs[4];
+  for (guint i = 0; i < 4; i++)
+    {
+      args[i] = (FifoArg) { f, (char) ('a' + i) };
+      ctxs[i] = new_ctx (engine);
+      cs[i] = weft_coro_spawn (ctxs[i], fifo_locker, &args[i], NULL, 0);
+      while (atomic_load (&f->queued) <= (gint) i)
+        weft_coro_sleep (1);
+      weft_coro_sleep (10); /* it is in the queue now */
+    }
+  weft_coro_mutex_unlock (f->mutex);
+  for (guint i = 0; i < 4; i++)
+    {
+      g_assert_cmpint (weft_coro_join (cs[i], NULL, -1), ==, 0);
+      weft_coro_unref (cs[i]);
+      weft_context_destroy (ctxs[i]);
+      weft_context_unref (ctxs[i]);
+    }
+  return NULL;
+}
+
+/* Unlock hands the mutex to the waiters in the order they came. */
+static void
+test_mutex_fifo (void)
+{
+  Env e;
+  env_init (&e, 2);
+  Fifo f = { weft_coro_mutex_new () };
+  pthread_mutex_init (&f.lock, NULL);
+  f.order = g_string_new (NULL);
+  run_coro (e.ctx, fifo_owner, &f);
+  g_assert_cmpstr (f.order->str, ==, "abcd");
+  g_string_free (f.order, TRUE);
+  pthread_mutex_destroy (&f.lock);
+  weft_coro_mutex_free (f.mutex);
+  env_clear (&e);
+}
+
+/* ---- I/O ---------------------------------------------------------------- */
+
+static gpointer
+read_times_out (gpointer data)
+{
+  int *fds = data;
+  guint8 buf[16];
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_read (fds[0], buf, sizeof buf, 50), ==, -ETIMEDOUT);
+  g_assert_cmpint (g_get_monotonic_time () - t, >=, 45000);
+  return NULL;
+}
+
+static void
+socketpair_nb (int fds[2])
+{
+  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), ==, 0);
+}
+
+static void
+test_read_timeout (void)
+{
+  Env e;
+  env_init (&e, 2);
+  int fds[2];
+  socketpair_nb (fds);
+  run_coro (e.ctx, read_times_out, fds);
+  close (fds[0]);
+  close (fds[1]);
+  env_clear (&e);
+}
+
+#define BIG (4 * 1024 * 1024)
+
+static gpointer
+big_writer (gpointer data)
+{
+  int fd = GPOINTER_TO_INT (data);
+  guint8 *buf = g_malloc (BIG);
+  for (gsize i = 0; i < BIG; i++)
+    buf[i] = (guint8) (i * 7);
+  g_assert_cmpint (weft_coro_write_all (fd, buf, BIG, 5000), ==, BIG);
+  g_free (buf);
+  return NULL;
+}
+
+static gpointer
+big_reader (gpointer data)
+{
+  int fd = GPOINTER_TO_INT (data);
+  guint8 buf[8192]; /* the stack is 64 KiB */
+  gsize got = 0;
+  while (got < BIG)
+    {
+      gssize n = weft_coro_read (fd, buf, sizeof buf, 5000);
+      g_assert_cmpint (n, >, 0);
+      for (gssize i = 0; i < n; i++)
+        g_assert_cmpuint (buf[i], ==, (guint8) ((got + (gsize) i) * 7));
+      got += (gsize) n;
+    }
+  return GSIZE_TO_POINTER (got);
+}
+
+/* 4 MiB through a socket pair: the writer waits for room, the reader for
+ * data, each in its own context. */
+static void
+test_write_then_read (void)
+{
+  Env e;
+  env_init (&e, 2);
+  int fds[2];
+  socketpair_nb (fds);
+  WeftContext *other = new_ctx (e.engine);
+  WeftCoro *w = weft_coro_spawn (e.ctx, big_writer, GINT_TO_POINTER (fds[0]), NULL, 0);
+  WeftCoro *r = weft_coro_spawn (other, big_reader, GINT_TO_POINTER (fds[1]), NULL, 0);
+  WT_WAIT_UNTIL (weft_coro_is_done (w) && weft_coro_is_done (r));
+  weft_coro_unref (w);
+  weft_coro_unref (r);
+  close (fds[0]);
+  close (fds[1]);
+  weft_context_destroy (other);
+  weft_context_unref (other);
+  env_clear (&e);
+}
+
+/* ---- migration ---------------------------------------------------------- */
+
+typedef struct {
+  atomic_int stop;
+  pthread_mutex_t lock;
+  GHashTable *threads; /* under lock */
+  atomic_int errors;
+  WeftCoroCond *cond;
+  WeftContext *noise;
+} Migr;
+
+static gpointer
+errno_waiter (gpointer data)
+{
+  Migr *m = data;
+  for (gint i = 1; i <= 2000; i++)
+    {
+      errno = i;
+      /* Resumed by a post from a thread outside the engine: whichever
+       * worker is free takes the context. */
+      if (i % 4 == 0)
+        weft_coro_yield ();
+      else
+        weft_coro_cond_wait (m->cond, NULL, 100);
+      if (errno != i)
+        atomic_fetch_add (&m->errors, 1);
+      pthread_mutex_lock (&m->lock);
+      g_hash_table_add (m->threads, g_thread_self ());
+      pthread_mutex_unlock (&m->lock);
+    }
+  atomic_store (&m->stop, 1);
+  return NULL;
+}
+
+/* Errno noise on whichever worker runs it: a stale errno address in the
+ * coroutine would read it. */
+static void
+noise_job (gpointer data)
+{
+  gint64 until = g_get_monotonic_time () + 100;
+  while (g_get_monotonic_time () < until)
+    errno = -1;
+}
+
+static gpointer
+signaller (gpointer data)
+{
+  Migr *m = data;
+  while (!atomic_load (&m->stop))
+    {
+      weft_coro_cond_signal (m->cond);
+      weft_context_post (m->noise, noise_job, NULL, NULL);
+      g_usleep (30);
+    }
+  return NULL;
+}
+
+/* A coroutine that suspends on one worker and resumes on another, many
+ * times, keeps its errno. */
+static void
+test_migration_errno (void)
+{
+  Env e;
+  env_init (&e, 2);
+  Migr m = { 0 };
+  pthread_mutex_init (&m.lock, NULL);
+  m.threads = g_hash_table_new (NULL, NULL);
+  m.cond = weft_coro_cond_new ();
+  m.noise = new_ctx (e.engine);
+  GThread *t = g_thread_new ("signaller", signaller, &m);
+  run_coro (e.ctx, errno_waiter, &m);
+  g_thread_join (t);
+  g_assert_cmpint (atomic_load (&m.errors), ==, 0);
+  g_test_message ("ran on %u threads", g_hash_table_size (m.threads));
+  g_assert_cmpuint (g_hash_table_size (m.threads), ==, 2);
+  weft_context_destroy (m.noise);
+  weft_context_unref (m.noise);
+  weft_coro_cond_free (m.cond);
+  g_hash_table_unref (m.threads);
+  pthread_mutex_destroy (&m.lock);
+  env_clear (&e);
+}
+
+/* ---- channel ------------------------------------------------------------ */
+
+#define N_ITEMS 20000
+
+static gpointer
+producer (gpointer data)
+{
+  WeftCoroChannel *ch = data;
+  for (guint i = 1; i <= N_ITEMS; i++)
+    g_assert_cmpint (weft_coro_channel_send (ch, GUINT_TO_POINTER (i), -1), ==, 0);
+  weft_coro_channel_close (ch);
+  g_assert_cmpint (weft_coro_channel_send (ch, GUINT_TO_POINTER (1), -1), ==, -EPIPE);
+  return NULL;
+}
+
+static gpointer
+consumer (gpointer data)
+{
+  WeftCoroChannel *ch = data;
+  guint expect = 1;
+  gpointer item;
+  gint r;
+  while ((r = weft_coro_channel_receive (ch, &item, -1)) == 0)
+    {
+      g_assert_cmpuint (GPOINTER_TO_UINT (item), ==, expect);
+      expect++;
+    }
+  g_assert_cmpint (r, ==, -EPIPE);
+  return GUINT_TO_POINTER (expect - 1);
+}
+
+/* A bounded channel between two contexts keeps order and hands over every
+ * item; closing it ends the consumer. */
+static void
+test_channel (void)
+{
+  Env e;
+  env_init (&e, 2);
+  WeftCoroChannel *ch = weft_coro_channel_new (4, NULL);
+  WeftContext *other = new_ctx (e.engine);
+  WeftCoro *p = weft_coro_spawn (e.ctx, producer, ch, NULL, 0);
+  WeftCoro *c = weft_coro_spawn (other, consumer, ch, NULL, 0);
+  WT_WAIT_UNTIL (weft_coro_is_done (p) && weft_coro_is_done (c));
+  weft_coro_unref (p);
+  weft_coro_unref (c);
+  weft_coro_channel_free (ch);
+  weft_context_destroy (other);
+  weft_context_unref (other);
+  env_clear (&e);
+}
+
+/* ---- locals ------------------------------------------------------------- */
+
+static atomic_int locals_freed;
+
+static void
+local_free (gpointer data)
+{
+  atomic_fetch_add (&locals_freed, 1);
+  g_free (data);
+}
+
+static gpointer
+use_locals (gpointer data)
+{
+  static const char key_a = 0, key_b = 0;
+  weft_coro_set_local (&key_a, g_strdup ("one"), local_free);
+  weft_coro_set_local (&key_b, g_strdup ("two"), local_free);
+  weft_coro_yield ();
+  g_assert_cmpstr (weft_coro_get_local (&key_a), ==, "one");
+  weft_coro_set_local (&key_a, g_strdup ("three"), local_free); /* frees "one" */
+  g_assert_cmpint (atomic_load (&locals_freed), ==, 1);
+  g_assert_cmpstr (weft_coro_get_local (&key_a), ==, "three");
+  g_assert_cmpstr (weft_coro_get_local (&key_b), ==, "two");
+  return NULL;
+}
+
+/* Coroutine-local values are per coroutine, replaced and freed once. */
+static void
+test_locals (void)
+{
+  Env e;
+  env_init (&e, 2);
+  atomic_store (&locals_freed, 0);
+  run_coro (e.ctx, use_locals, NULL);
+  g_assert_cmpint (atomic_load (&locals_freed), ==, 3);
+  env_clear (&e);
+}
+
+/* ---- destruction -------------------------------------------------------- */
+
+static atomic_int destroyed_notifies;
+
+static void
+count_destroyed (gpointer data)
+{
+  atomic_fetch_add (&destroyed_notifies, 1);
+}
+
+typedef struct {
+  WeftCoroCond *cond;
+  int fds[30][2]; /* a socket pair per reader: one fd, one watcher */
+  atomic_int suspended;
+} Stuck;
+
+typedef struct {
+  Stuck *s;
+  guint i;
+} StuckArg;
+
+static gpointer
+stuck_sleep (gpointer data)
+{
+  Stuck *s = ((StuckArg *) data)->s;
+  atomic_fetch_add (&s->suspended, 1);
+  weft_coro_sleep (60000);
+  g_assert_not_reached ();
+  return NULL;
+}
+
+static gpointer
+stuck_cond (gpointer data)
+{
+  Stuck *s = ((StuckArg *) data)->s;
+  atomic_fetch_add (&s->suspended, 1);
+  weft_coro_cond_wait (s->cond, NULL, -1);
+  g_assert_not_reached ();
+  return NULL;
+}
+
+static gpointer
+stuck_read (gpointer data)
+{
+  StuckArg *a = data;
+  Stuck *s = a->s;
+  atomic_fetch_add (&s->suspended, 1);
+  guint8 b;
+  weft_coro_read (s->fds[a->i][0], &b, 1, -1);
+  g_assert_not_reached ();
+  return NULL;
+}
+
+/* Destroying a context with suspended coroutines (sleeping, in a
+ * condition, on an fd) frees each exactly once: every notify runs once,
+ * joiners elsewhere learn it, and nothing leaks (ASan). */
+static void
+test_destroy_with_suspended (void)
+{
+  Env e;
+  env_init (&e, 2);
+  static Stuck s;
+  static StuckArg args[30];
+  s.cond = weft_coro_cond_new ();
+  atomic_store (&s.suspended, 0);
+  atomic_store (&destroyed_notifies, 0);
+  WeftContext *doomed = new_ctx (e.engine);
+  WeftCoro *keep[30];
+  for (guint i = 0; i < 30; i++)
+    {
+      socketpair_nb (s.fds[i]);
+      args[i] = (StuckArg) { &s, i };
+      WeftCoroFunc f = i % 3 == 0 ? stuck_sleep : i % 3 == 1 ? stuck_cond : stuck_read;
+      keep[i] = weft_coro_spawn (doomed, f, &args[i], count_destroyed, 0);
+    }
+  WT_WAIT_UNTIL (atomic_load (&s.suspended) == 30);
+  g_usleep (20000);
+  weft_context_destroy (doomed);
+  WT_WAIT_UNTIL (atomic_load (&destroyed_notifies) == 30);
+  for (guint i = 0; i < 30; i++)
+    {
+      WT_WAIT_UNTIL (weft_coro_is_done (keep[i]));
+      weft_coro_unref (keep[i]);
+    }
+  g_usleep (20000);
+  g_assert_cmpint (atomic_load (&destroyed_notifies), ==, 30);
+  /* The condition's queue no longer holds the abandoned waiters. */
+  weft_coro_cond_broadcast (s.cond);
+  weft_context_unref (doomed);
+  for (guint i = 0; i < 30; i++)
+    {
+      close (s.fds[i][0]);
+      close (s.fds[i][1]);
+    }
+  env_clear (&e);
+  weft_coro_cond_free (s.cond);
+}
+
+/* ---- stack overflow ----------------------------------------------------- */
+
+static guint
+recurse (guint depth)
+{
+  volatile char pad[1024];
+  pad[0] = (char) depth;
+  return depth == 0 ? (guint) pad[0] : recurse (depth - 1) + (guint) pad[0];
+}
+
+static gpointer
+overflow (gpointer data)
+{
+  return GUINT_TO_POINTER (recurse (1000000));
+}
+
+/* Running off the end of the stack faults on the guard page (a crash, not
+ * a silent overwrite of a neighbour). */
+static void
+test_stack_overflow (void)
+{
+  if (g_test_subprocess ())
+    {
+      Env e;
+      env_init (&e, 1);
+      run_coro (e.ctx, overflow, NULL);
+      env_clear (&e);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 20 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_failed ();
+}
+
+/* ---- many connections --------------------------------------------------- */
+
+typedef struct {
+  int listen_fd;
+  WeftContext *ctx;
+  atomic_int served;
+  atomic_int live;
+} Server;
+
+static gpointer
+serve_conn (gpointer data)
+{
+  int fd = GPOINTER_TO_INT (data);
+  guint8 buf[64];
+  gssize n;
+  while ((n = weft_coro_read (fd, buf, sizeof buf, 20000)) > 0)
+    if (weft_coro_write_all (fd, buf, (gsize) n, 20000) != n)
+      break;
+  close (fd);
+  return NULL;
+}
+
+static gpointer
+acceptor (gpointer data)
+{
+  Server *srv = data;
+  for (guint i = 0; i < MANY_CONNECTIONS; i++)
+    {
+      int fd = weft_coro_accept (srv->listen_fd, 20000);
+      g_assert_cmpint (fd, >=, 0);
+      /* Each connection in a context of its own, over both workers. */
+      WeftContext *cctx = new_ctx (weft_context_get_engine (srv->ctx));
+      WeftCoro *c = weft_coro_spawn (cctx, serve_conn, GINT_TO_POINTER (fd), NULL, 16 * 1024);
+      g_assert_nonnull (c);
+      weft_coro_unref (c);
+      weft_context_unref (cctx); /* the coroutine keeps it */
+    }
+  return NULL;
+}
+
+/* MANY_CONNECTIONS concurrent connections, each served by a coroutine in
+ * a context of its own that reads and echoes. The clients are a Python
+ * process (all connected at once, then a message each), so this process
+ * holds only the server's side of the fds. */
+static void
+test_many_connections (void)
+{
+  const char *python = g_getenv ("WEFT_TEST_PYTHON");
+  if (python == NULL)
+    {
+      g_test_skip ("python3 not found");
+      return;
+    }
+  wt_raise_nofile (MANY_CONNECTIONS + 500);
+  Env e;
+  env_init (&e, 2);
+  Server srv = { 0 };
+  srv.ctx = e.ctx;
+  srv.listen_fd = socket (AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  g_assert_cmpint (bind (srv.listen_fd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (srv.listen_fd, 4096), ==, 0);
+  socklen_t l = sizeof sa;
+  getsockname (srv.listen_fd, (struct sockaddr *) &sa, &l);
+  WeftCoro *acc = weft_coro_spawn (e.ctx, acceptor, &srv, NULL, 0);
+  const char *script =
+      "import resource, socket, sys\n"
+      "port, n = int(sys.argv[1]), int(sys.argv[2])\n"
+      "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+      "resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 200), hard))\n"
+      "socks = [socket.create_connection(('127.0.0.1', port), timeout=30) for i in range(n)]\n"
+      "for i, s in enumerate(socks):\n"
+      "    s.sendall(b'm%d' % i)\n"
+      "for i, s in enumerate(socks):\n"
+      "    want, got = b'm%d' % i, b''\n"
+      "    while len(got) < len(want):\n"
+      "        chunk = s.recv(64)\n"
+      "        assert chunk, i\n"
+      "        got += chunk\n"
+      "    assert got == want, (got, want)\n"
+      "print('ok', n)\n";
+  gchar *port = g_strdup_printf ("%u", ntohs (sa.sin_port));
+  gchar *n = g_strdup_printf ("%u", MANY_CONNECTIONS);
+  const char *argv[] = { python, "-c", script, port, n, NULL };
+  gchar *out = NULL, *err = NULL;
+  gint status;
+  GError *error = NULL;
+  g_spawn_sync (NULL, (gchar **) argv, NULL, G_SPAWN_STDIN_FROM_DEV_NULL, NULL, NULL, &out, &err,
+                &status, &error);
+  g_assert_no_error (error);
+  if (!g_spawn_check_wait_status (status, NULL))
+    g_error ("client failed:\n%s\n%s", out, err);
+  gchar *want = g_strdup_printf ("ok %u\n", MANY_CONNECTIONS);
+  g_assert_cmpstr (out, ==, want);
+  g_free (want);
+  g_free (out);
+  g_free (err);
+  g_free (port);
+  g_free (n);
+  WT_WAIT_UNTIL (weft_coro_is_done (acc));
+  weft_coro_unref (acc);
+  close (srv.listen_fd);
+  wt_wait_engine_idle (e.engine);
+  env_clear (&e);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  g_test_add_func ("/coro/own-stack-not-inline", test_own_stack_not_inline);
+  g_test_add_func ("/coro/locals-across-yield", test_locals_across_yield);
+  g_test_add_func ("/coro/join-value", test_join_value);
+  g_test_add_func ("/coro/sleep-and-join-timeout", test_sleep_and_join_timeout);
+  g_test_add_func ("/coro/cond-signal-broadcast", test_cond_signal_broadcast);
+  g_test_add_func ("/coro/cond-timeout", test_cond_timeout);
+  g_test_add_data_func ("/coro/interrupt/sleep", GINT_TO_POINTER (W_SLEEP), test_interrupt);
+  g_test_add_data_func ("/coro/interrupt/cond", GINT_TO_POINTER (W_COND), test_interrupt);
+  g_test_add_data_func ("/coro/interrupt/mutex", GINT_TO_POINTER (W_MUTEX), test_interrupt);
+  g_test_add_func ("/coro/mutex-fifo", test_mutex_fifo);
+  g_test_add_func ("/coro/read-timeout", test_read_timeout);
+  g_test_add_func ("/coro/write-then-read", test_write_then_read);
+  g_test_add_func ("/coro/migration-errno", test_migration_errno);
+  g_test_add_func ("/coro/channel", test_channel);
+  g_test_add_func ("/coro/locals", test_locals);
+  g_test_add_func ("/coro/destroy-with-suspended", test_destroy_with_suspended);
+  g_test_add_func ("/coro/stack-overflow", test_stack_overflow);
+  g_test_add_func ("/coro/many-connections", test_many_connections);
+  return g_test_run ();
+}
