@@ -50,6 +50,14 @@ gint weft__coro_wait (WeftCoro *c, gint timeout_ms);
 /* Wakes @c if it is waiting (any thread); FALSE if it was not. */
 gboolean weft__coro_wake (WeftCoro *c, gint reason);
 
+/* Records the queue @c waits in (under its lock), so that abandoning @c
+ * can take its node out; NULLs when the wait is over. */
+void weft__coro_set_wait_queue (WeftCoro *c, pthread_mutex_t *lock, WeftCoroWaitQueue *q,
+                                WeftCoroWaiter *w);
+/* Wait-queue locks are recursive: abandoning a coroutine may happen under
+ * a waker that holds the lock. */
+void weft__coro_init_lock (pthread_mutex_t *lock);
+
 /* Stacks: mmap'ed, a guard page below, cached. */
 typedef struct _WeftCoroStack WeftCoroStack;
 struct _WeftCoroStack {

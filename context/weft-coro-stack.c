@@ -13,6 +13,9 @@
 #ifdef WEFT_HAVE_VALGRIND
 #include <valgrind/valgrind.h>
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #define LOCAL_MAX 16
 #define SHARED_MAX 256
@@ -133,6 +136,11 @@ weft__coro_stack_get (gsize size)
 void
 weft__coro_stack_put (WeftCoroStack *s)
 {
+#if defined(__SANITIZE_ADDRESS__)
+  /* The frames that ended on it leave ASan's scope marks: a new coroutine
+   * starts on clean memory. */
+  __asan_unpoison_memory_region (s->lo, s->size);
+#endif
   LocalCache *lc = local ();
   if (lc->n < LOCAL_MAX)
     {

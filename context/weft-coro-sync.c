@@ -55,11 +55,13 @@ wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_
 {
   w->coro = c;
   weft__coro_queue_push (q, w);
+  weft__coro_set_wait_queue (c, lock, q, w);
   pthread_mutex_unlock (lock);
   gint reason = weft__coro_wait (c, timeout_ms);
   pthread_mutex_lock (lock);
   if (w->queued)
     weft__coro_queue_remove (q, w);
+  weft__coro_set_wait_queue (c, NULL, NULL, NULL);
   pthread_mutex_unlock (lock);
   return reason;
 }
@@ -75,7 +77,7 @@ WeftCoroMutex *
 weft_coro_mutex_new (void)
 {
   WeftCoroMutex *m = g_new0 (WeftCoroMutex, 1);
-  pthread_mutex_init (&m->lock, NULL);
+  weft__coro_init_lock (&m->lock);
   return m;
 }
 
@@ -197,7 +199,7 @@ WeftCoroCond *
 weft_coro_cond_new (void)
 {
   WeftCoroCond *cond = g_new0 (WeftCoroCond, 1);
-  pthread_mutex_init (&cond->lock, NULL);
+  weft__coro_init_lock (&cond->lock);
   return cond;
 }
 
@@ -243,6 +245,7 @@ weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms)
   WeftCoroWaiter w = { 0 };
   w.coro = c;
   weft__coro_queue_push (&cond->q, &w);
+  weft__coro_set_wait_queue (c, &cond->lock, &cond->q, &w);
   pthread_mutex_unlock (&cond->lock);
   /* Queued before the mutex goes: a signal after it cannot be missed. */
   if (mutex != NULL)
@@ -251,6 +254,7 @@ weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms)
   pthread_mutex_lock (&cond->lock);
   if (w.queued)
     weft__coro_queue_remove (&cond->q, &w);
+  weft__coro_set_wait_queue (c, NULL, NULL, NULL);
   pthread_mutex_unlock (&cond->lock);
   if (mutex != NULL)
     relock (mutex, c);
@@ -303,7 +307,7 @@ weft_coro_channel_new (guint capacity, GDestroyNotify item_free)
 {
   g_return_val_if_fail (capacity >= 1, NULL);
   WeftCoroChannel *ch = g_new0 (WeftCoroChannel, 1);
-  pthread_mutex_init (&ch->lock, NULL);
+  weft__coro_init_lock (&ch->lock);
   ch->items = g_new0 (gpointer, capacity);
   ch->capacity = capacity;
   ch->item_free = item_free;

@@ -77,6 +77,11 @@ struct _WeftCoro {
   atomic_bool interrupt;     /* pending */
   guint timer;               /* the current wait's timeout source */
   gboolean orphan;           /* waiting in a closed context: abandon it */
+  atomic_bool out;           /* switched out, not being resumed: claimable */
+  atomic_bool doom;          /* its context is gone: abandon once out */
+  pthread_mutex_t *wait_lock;   /* the queue it waits in, if any: */
+  WeftCoroWaitQueue *wait_q;    /* abandoning it takes it out */
+  WeftCoroWaiter *waiter;
 
   WeftCoroRegs regs;         /* the coroutine's side while it is out */
   WeftCoroRegs *caller;      /* the resuming job's side while it runs */
@@ -238,12 +243,52 @@ finish (WeftCoro *c)
   weft_coro_unref (c); /* the life reference */
 }
 
-/* The context is gone while @c was suspended: free it without resuming. */
+/* The context is gone while @c was suspended: free it without resuming.
+ * Only the claimer of c->out calls this. */
 static void
 abandon (WeftCoro *c)
 {
+  if (c->wait_lock != NULL)
+    {
+      /* Its waiter node is on the stack about to be freed. (The lock is
+       * recursive: a waker holding it may be what led here.) */
+      pthread_mutex_lock (c->wait_lock);
+      if (c->waiter->queued)
+        weft__coro_queue_remove (c->wait_q, c->waiter);
+      pthread_mutex_unlock (c->wait_lock);
+      c->wait_lock = NULL;
+    }
   atomic_store (&c->state, ST_DONE);
   finish (c);
+}
+
+/* Abandons @c as soon as it is switched out (now, if it is). */
+static void
+request_abandon (WeftCoro *c)
+{
+  atomic_store (&c->doom, TRUE);
+  _Bool expected = 1;
+  if (atomic_compare_exchange_strong (&c->out, &expected, FALSE))
+    abandon (c);
+}
+
+void
+weft__coro_set_wait_queue (WeftCoro *c, pthread_mutex_t *lock, WeftCoroWaitQueue *q,
+                           WeftCoroWaiter *w)
+{
+  c->wait_lock = lock;
+  c->wait_q = q;
+  c->waiter = w;
+}
+
+void
+weft__coro_init_lock (pthread_mutex_t *lock)
+{
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init (&a);
+  pthread_mutexattr_settype (&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init (lock, &a);
+  pthread_mutexattr_destroy (&a);
 }
 
 static void
@@ -267,13 +312,21 @@ run (WeftCoro *c)
 #endif
   set_current (outer);
   if (atomic_load (&c->state) == ST_DONE)
-    finish (c);
-  else if (c->orphan)
+    {
+      finish (c);
+      return;
+    }
+  if (c->orphan)
     {
       int expected = ST_WAITING;
       if (atomic_compare_exchange_strong (&c->state, &expected, ST_WOKEN))
-        abandon (c);
+        atomic_store (&c->doom, TRUE);
     }
+  /* Out: from now on an abandonment may claim it (and one that was asked
+   * for while it ran happens here). */
+  atomic_store (&c->out, TRUE);
+  if (atomic_load (&c->doom))
+    request_abandon (c);
 }
 
 /* One resume job; at most one is outstanding per coroutine. */
@@ -292,6 +345,9 @@ resume_job (gpointer data)
   if (st == ST_DONE)
     return;
   g_assert (st == ST_NEW || st == ST_WOKEN);
+  _Bool expected = 1;
+  if (!atomic_compare_exchange_strong (&c->out, &expected, FALSE))
+    return; /* being abandoned */
   atomic_store (&c->state, ST_RUNNING);
   run (c);
 }
@@ -305,7 +361,7 @@ resume_notify (gpointer data)
   Resume *r = data;
   WeftCoro *c = r->c;
   if (!r->ran && atomic_load (&c->state) != ST_DONE)
-    abandon (c);
+    request_abandon (c);
   weft_coro_unref (c);
   g_free (r);
 }
@@ -359,8 +415,9 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   c->data = user_data;
   c->notify = notify;
   c->stack = stack;
-  pthread_mutex_init (&c->lock, NULL);
+  weft__coro_init_lock (&c->lock);
   atomic_init (&c->state, ST_NEW);
+  atomic_init (&c->out, TRUE);
   weft__coro_regs_init (&c->regs, stack->lo, stack->size, coro_main, c);
 #ifdef WEFT_CORO_TSAN
   c->tsan_fiber = __tsan_create_fiber (0);
@@ -483,10 +540,7 @@ timeout_notify (gpointer data)
     {
       int expected = ST_WAITING;
       if (atomic_compare_exchange_strong (&c->state, &expected, ST_WOKEN))
-        {
-          c->timer = 0;
-          abandon (c);
-        }
+        request_abandon (c);
     }
   weft_coro_unref (c);
 }
@@ -822,11 +876,13 @@ weft_coro_join (WeftCoro *self, gpointer *retval, gint timeout_ms)
         }
       WeftCoroWaiter w = { .coro = c };
       weft__coro_queue_push (&self->joiners, &w);
+      weft__coro_set_wait_queue (c, &self->lock, &self->joiners, &w);
       pthread_mutex_unlock (&self->lock);
       gint reason = weft__coro_wait (c, timeout_ms);
       pthread_mutex_lock (&self->lock);
       if (w.queued)
         weft__coro_queue_remove (&self->joiners, &w);
+      weft__coro_set_wait_queue (c, NULL, NULL, NULL);
       pthread_mutex_unlock (&self->lock);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return reason_to_errno (reason);

@@ -799,7 +799,8 @@ test_destroy_with_suspended (void)
     }
   g_usleep (20000);
   g_assert_cmpint (atomic_load (&destroyed_notifies), ==, 30);
-  /* The condition's queue no longer holds the abandoned waiters. */
+  /* The condition's queue no longer holds the abandoned waiters (their
+   * nodes were on the freed stacks): waking it touches nothing freed. */
   weft_coro_cond_broadcast (s.cond);
   weft_context_unref (doomed);
   for (guint i = 0; i < 30; i++)
