@@ -4,7 +4,7 @@
  *   POST /echo, PUT /echo  200 with exactly the request body
  *   anything else          404
  *
- * Usage: bench-server [--port N] [--workers N] [--host ADDR]
+ * Usage: bench-server [--port N] [--workers N] [--host ADDR] [--coro]
  * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker.
  * Stops on SIGINT or SIGTERM.
  *
@@ -44,11 +44,14 @@ int
 main (int argc, char **argv)
 {
   gint port = 8080, workers = 1;
+  gboolean coro = FALSE;
   gchar *host = NULL;
   GOptionEntry entries[] = {
     { "port", 'p', 0, G_OPTION_ARG_INT, &port, "Port (0: any free one)", "N" },
     { "workers", 'w', 0, G_OPTION_ARG_INT, &workers, "Worker threads (0: one per CPU)", "N" },
     { "host", 'H', 0, G_OPTION_ARG_STRING, &host, "Address to bind (127.0.0.1)", "ADDR" },
+    { "coro", 0, 0, G_OPTION_ARG_NONE, &coro,
+      "Run the handlers as coroutines (WEFT_HTTP_HANDLER_COROUTINE)", NULL },
     { NULL }
   };
   GError *error = NULL;
@@ -77,10 +80,11 @@ main (int argc, char **argv)
       return 1;
     }
   WeftHttpServer *server = weft_http_server_new (engine);
-  weft_http_server_add_handler (server, "GET", "/", hello, NULL, NULL);
-  weft_http_server_add_handler (server, "POST", "/echo", echo, NULL, NULL);
-  weft_http_server_add_handler (server, "PUT", "/echo", echo, NULL, NULL);
-  weft_http_server_add_handler (server, NULL, "/*", not_found, NULL, NULL);
+  WeftHttpHandlerFlags flags = coro ? WEFT_HTTP_HANDLER_COROUTINE : WEFT_HTTP_HANDLER_DEFAULT;
+  weft_http_server_add_handler_full (server, "GET", "/", flags, hello, NULL, NULL);
+  weft_http_server_add_handler_full (server, "POST", "/echo", flags, echo, NULL, NULL);
+  weft_http_server_add_handler_full (server, "PUT", "/echo", flags, echo, NULL, NULL);
+  weft_http_server_add_handler_full (server, NULL, "/*", flags, not_found, NULL, NULL);
   WeftListener *listener = weft_http_server_get_listener (server);
   weft_listener_set_backlog (listener, 4096);
   if (!weft_listener_add_tcp (listener, host != NULL ? host : "127.0.0.1", (guint16) port,

@@ -36,6 +36,7 @@ struct _WeftHttpServer {
   pthread_mutex_t live_lock;
   GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
   WeftHttpAccessLog *log;    /* NULL: off */
+  gsize coro_stack;          /* stack of coroutine handlers */
   WeftContext *sweep_ctx;    /* the keep-alive sweep's timer, if any */
   struct _HttpSweep *sweep;
 };

@@ -20,6 +20,7 @@
  */
 #include "weft-http-private.h"
 #include "weft-engine.h"
+#include "weft-coro.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -35,7 +36,8 @@ G_DEFINE_BOXED_TYPE (WeftHttpServer, weft_http_server, weft_http_server_ref,
                      weft_http_server_unref)
 G_DEFINE_FLAGS_TYPE (WeftHttpHandlerFlags, weft_http_handler_flags,
                      G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_DEFAULT, "default"),
-                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_STREAM_BODY, "stream-body"))
+                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_STREAM_BODY, "stream-body"),
+                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_HANDLER_COROUTINE, "coroutine"))
 G_DEFINE_ENUM_TYPE (WeftHttpLimit, weft_http_limit,
                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_TARGET_BYTES, "max-target-bytes"),
                     G_DEFINE_ENUM_VALUE (WEFT_HTTP_LIMIT_MAX_HEAD_BYTES, "max-head-bytes"),
@@ -299,6 +301,56 @@ weft_http_flush_ready (HttpConn *hc)
 
 /* ---- requests in -------------------------------------------------------- */
 
+/* A coroutine handler: runs in the connection's context, may wait. */
+typedef struct {
+  WeftHttpServer *server;
+  WeftHttpRequest *req; /* ref */
+  WeftHttpHandler func;
+  gpointer data;
+} CoroCall;
+
+static gpointer
+coro_handler (gpointer data)
+{
+  CoroCall *call = data;
+  call->func (call->server, call->req, call->data);
+  if (!atomic_load (&call->req->responded))
+    {
+      g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
+                 call->req->method, call->req->path);
+      weft_http_respond_self (call->req, 500, FALSE);
+    }
+  return NULL;
+}
+
+static void
+coro_call_free (gpointer data)
+{
+  CoroCall *call = data;
+  weft_http_request_unref (call->req);
+  g_free (call);
+}
+
+static void
+spawn_handler (HttpConn *hc, WeftHttpRequest *req, WeftHttpHandler func, gpointer data)
+{
+  CoroCall *call = g_new (CoroCall, 1);
+  call->server = hc->server;
+  call->req = weft_http_request_ref (req);
+  call->func = func;
+  call->data = data;
+  WeftCoro *c = weft_coro_spawn (hc->ctx, coro_handler, call, coro_call_free,
+                                 hc->server->coro_stack);
+  if (c == NULL)
+    {
+      /* No stack (or the context is closing): answer here. */
+      if (!atomic_load (&req->responded))
+        weft_http_respond_self (req, 503, TRUE);
+      return;
+    }
+  weft_coro_unref (c);
+}
+
 static void
 dispatch (HttpConn *hc, WeftHttpRequest *req)
 {
@@ -325,6 +377,11 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
       return;
     }
   WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
+  if (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE)
+    {
+      spawn_handler (hc, req, func, weft_http_route_get_data (req->route));
+      return;
+    }
   weft_http_request_ref (req);
   atomic_store (&req->handler_thread, g_thread_self ());
   func (server, req, weft_http_route_get_data (req->route));
@@ -828,6 +885,7 @@ weft_http_server_new (WeftEngine *engine)
   self->engine = engine;
   self->router = weft_http_router_new ();
   memcpy (self->limit, default_limit, sizeof self->limit);
+  self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
   self->listener = weft_listener_new (engine, on_accept, self, NULL);
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
@@ -917,6 +975,7 @@ weft_http_server_add_handler_full (WeftHttpServer *self, const gchar *method, co
   g_return_if_fail (path != NULL && path[0] != '\0');
   g_return_if_fail (func != NULL);
   g_return_if_fail (!self->started);
+  g_return_if_fail (!((flags & WEFT_HTTP_HANDLER_COROUTINE) && (flags & WEFT_HTTP_HANDLER_STREAM_BODY)));
   if (!weft_http_router_add (self->router, method, path, flags, func, user_data, notify))
     g_critical ("weft_http_server_add_handler: malformed path pattern \"%s\"", path);
 }

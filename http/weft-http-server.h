@@ -42,12 +42,19 @@ typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *reques
  *   weft_http_request_read_body(), or answers without reading it (for
  *   example 413 or 417 to an `Expect: 100-continue` request, which then
  *   gets no 100; the connection closes after such an answer)
+ * @WEFT_HTTP_HANDLER_COROUTINE: the handler runs as a coroutine
+ *   (weft_coro_spawn()) in the connection's context, so it may wait
+ *   (weft_coro_sleep(), weft_coro_read() on a backend socket, a channel,
+ *   ...) before answering, written top to bottom; a request it leaves
+ *   unanswered when it returns gets 500. Not with
+ *   %WEFT_HTTP_HANDLER_STREAM_BODY.
  *
- * How a handler gets the request body.
+ * How a handler gets the request body, and how it runs.
  */
 typedef enum {
   WEFT_HTTP_HANDLER_DEFAULT = 0,
   WEFT_HTTP_HANDLER_STREAM_BODY = 1 << 0,
+  WEFT_HTTP_HANDLER_COROUTINE = 1 << 1,
 } WeftHttpHandlerFlags;
 
 /**

@@ -79,6 +79,26 @@ late (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
                                 weft_http_request_ref (request)));
 }
 
+/* A coroutine handler: waits 50 ms (suspended, the worker is free), then
+ * answers with what it saw. */
+static void
+coro_wait (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_assert_nonnull (weft_coro_self ());
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_sleep (50), ==, 0);
+  gchar *text = g_strdup_printf ("waited %d", (int) ((g_get_monotonic_time () - t) / 1000) >= 45);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
+  g_free (text);
+}
+
+/* A coroutine handler that returns without answering. */
+static void
+coro_forgets (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_coro_yield ();
+}
+
 typedef void (*Configure) (WeftHttpServer *server);
 
 static void
@@ -89,6 +109,10 @@ srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure con
   s->server = weft_http_server_new (s->engine);
   weft_http_server_add_handler (s->server, "GET", "/users/{id}", user, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/late", late, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "GET", "/coro-wait", WEFT_HTTP_HANDLER_COROUTINE,
+                                     coro_wait, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "GET", "/coro-forgets",
+                                     WEFT_HTTP_HANDLER_COROUTINE, coro_forgets, NULL, NULL);
   if (configure != NULL)
     configure (s->server);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
@@ -792,6 +816,30 @@ test_status_json (void)
   srv_stop (&s);
 }
 
+/* Coroutine handlers wait top to bottom and still answer in order; one
+ * that forgets to answer gets 500 for it. */
+static void
+test_coroutine_handlers (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gint64 t = g_get_monotonic_time ();
+  gchar *got = exchange_to_close (s.port, "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-forgets HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-wait HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  gint64 took = g_get_monotonic_time () - t;
+  const char *a = strstr (got, "\r\n\r\nwaited 1");
+  const char *b = strstr (got, "Hello, World!");
+  const char *c = strstr (got, "HTTP/1.1 500 ");
+  const char *d = a != NULL ? strstr (a + 1, "\r\n\r\nwaited 1") : NULL;
+  if (a == NULL || b == NULL || c == NULL || d == NULL || !(a < b && b < c && c < d))
+    g_error ("coroutine handlers:\n%s", got);
+  g_assert_cmpint (took, >=, 90 * 1000);
+  g_free (got);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -814,5 +862,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/keepalive-timeout", test_keepalive_timeout);
   g_test_add_func ("/http-server/access-log", test_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
+  g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
   return g_test_run ();
 }
