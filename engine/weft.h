@@ -11,6 +11,7 @@
 #include "weft-join.h"
 #include "weft-coro.h"
 #include "weft-connection.h"
+#include "weft-connection-coro.h"
 #include "weft-tls.h"
 #include "weft-listener.h"
 #include "weft-http-server.h"

@@ -20,3 +20,17 @@ gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be
  * non-blocking. Takes the fd even on failure (closes it). */
 WeftConnection *weft__connection_new (WeftContext *ctx, int fd, GError **error);
+
+/* An internal observer of the connection's events (coroutine I/O): called
+ * on the connection's context before the application's event callback,
+ * and for PEER_CLOSED even when there is none. */
+typedef void (*WeftConnectionWaitHook) (WeftConnection *conn, WeftConnectionEvent event,
+                                        const GError *error, gpointer data);
+
+/* Set once; @data_free runs when the connection is freed. */
+void weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHook hook,
+                                     gpointer data, GDestroyNotify data_free);
+gpointer weft__connection_get_wait_hook_data (WeftConnection *self);
+gboolean weft__connection_peer_closed (WeftConnection *self);
+/* Hands bytes kept from before to the reader just installed, now. */
+void weft__connection_deliver_now (WeftConnection *self);

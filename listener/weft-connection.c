@@ -154,12 +154,21 @@ struct _WeftConnection {
 
   WeftConnectionCloseHook close_hook;
   gpointer close_hook_data;
+
+  /* Coroutine I/O (weft-connection-coro.c): told of every event before the
+   * application, and of the peer's end even when the application has no
+   * event callback. (owned) by the connection, freed with it. */
+  WeftConnectionWaitHook wait_hook;
+  gpointer wait_hook_data;
+  GDestroyNotify wait_hook_free;
 };
 
 static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
 static void flush (WeftConnection *self);
 static void arm_write_check (WeftConnection *self);
 static void update_interest (WeftConnection *self);
+static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
+                     gsize len);
 static void fail (WeftConnection *self, GError *error);
 static void finish_close (WeftConnection *self, gboolean abortive);
 static void drive_handshake (WeftConnection *self);
@@ -200,6 +209,8 @@ can_do_io (WeftConnection *self)
 static void
 emit (WeftConnection *self, WeftConnectionEvent event, const GError *error)
 {
+  if (self->wait_hook != NULL)
+    self->wait_hook (self, event, error, self->wait_hook_data);
   if (self->event_func != NULL)
     self->event_func (self, event, error, self->event_data);
 }
@@ -370,6 +381,8 @@ weft_connection_unref (WeftConnection *self)
   g_free (self->delim);
   g_free (self->alpn);
   g_free (self->server_name);
+  if (self->wait_hook_free != NULL)
+    self->wait_hook_free (self->wait_hook_data);
   if (self->tls != NULL)
     weft__tls_session_free (self->tls);
   if (self->tls_config != NULL)
@@ -416,7 +429,47 @@ weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook h
 gboolean
 weft__connection_has_callbacks (WeftConnection *self)
 {
-  return self->mode != READ_NONE || self->event_func != NULL;
+  return self->mode != READ_NONE || self->event_func != NULL || self->wait_hook != NULL;
+}
+
+gpointer
+weft__connection_get_wait_hook_data (WeftConnection *self)
+{
+  return self->wait_hook_data;
+}
+
+void
+weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHook hook,
+                                gpointer data, GDestroyNotify data_free)
+{
+  g_assert (self->wait_hook == NULL);
+  self->wait_hook = hook;
+  self->wait_hook_data = data;
+  self->wait_hook_free = data_free;
+}
+
+gboolean
+weft__connection_peer_closed (WeftConnection *self)
+{
+  return self->peer_closed;
+}
+
+/* The reader just installed gets the bytes kept from before now, instead
+ * of from deliver_buffered_job (whose later run then finds nothing). */
+void
+weft__connection_deliver_now (WeftConnection *self)
+{
+  if (self->closed || self->rlen == 0 || self->mode == READ_NONE || self->in_fd_callback)
+    return;
+  guint8 *buf = self->rbuf;
+  gsize len = self->rlen, cap = self->rcap;
+  self->rbuf = NULL;
+  self->rlen = self->rcap = 0;
+  weft_connection_ref (self);
+  deliver (self, buf, cap, buf, len);
+  if (!self->closed)
+    update_interest (self);
+  weft_connection_unref (self);
 }
 
 /**
@@ -820,7 +873,9 @@ handle_peer_closed (WeftConnection *self)
   if (self->peer_closed)
     return;
   self->peer_closed = TRUE;
-  if (self->event_func != NULL)
+  /* A coroutine driving the connection reads what is kept, then learns of
+   * the end itself: no automatic close under it. */
+  if (self->event_func != NULL || self->wait_hook != NULL)
     emit (self, WEFT_CONNECTION_EVENT_PEER_CLOSED, NULL);
   else
     weft_connection_close (self);
