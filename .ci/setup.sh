@@ -18,6 +18,7 @@ packages=(
   python3           # examples/demo-smoke.py
   clang             # tests/fuzz/run: libFuzzer targets
   libclang-rt-14-dev
+  valgrind          # .ci/run: coroutine tests under memcheck; <valgrind/valgrind.h>
   libuv1-dev        # bench/ comparisons (bench=true by default)
   libevent-dev
   libhttp-parser-dev  # bench-parser: nodejs' http-parser
