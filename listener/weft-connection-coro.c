@@ -16,6 +16,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
+#include "weft-connection-coro.h"
 #include "weft-connection-private.h"
 #include "weft-coro-private.h"
 
