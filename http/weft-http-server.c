@@ -237,6 +237,11 @@ weft_http_flush_ready (HttpConn *hc)
                   req->close_after = TRUE;
                 }
             }
+          /* A write that fails at once (a reset peer) closes the
+           * connection under us: CLOSED has dropped the pending line, and
+           * the queue's reference on req with it. */
+          if (hc->closed)
+            return;
         }
       if (req->streaming)
         {
@@ -246,6 +251,8 @@ weft_http_flush_ready (HttpConn *hc)
               weft_connection_write_bytes (hc->conn, b);
               g_bytes_unref (b);
             }
+          if (hc->closed)
+            return;
           if (!req->stream_done)
             {
               if (hc->active != req)

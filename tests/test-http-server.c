@@ -843,6 +843,42 @@ test_coroutine_handlers (void)
   srv_stop (&s);
 }
 
+/* The client sends pipelined requests to coroutine handlers and closes at
+ * once: the first answer draws a reset, so a later answer's write fails
+ * inside the flush and the connection closes under it (regression: the
+ * flush then dropped the request's queue reference a second time, a
+ * use-after-free that ASan reports). The server goes on serving. */
+static void
+test_answers_to_closed_peer (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  for (guint round = 0; round < 10; round++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      wt_send_str (fd, "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                       "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                       "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                       "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n");
+      close (fd);
+    }
+  wt_quiet_window_ms (200); /* the answers go out to the closed peers */
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  g_assert_true (g_str_has_prefix (got, "HTTP/1.1 200 OK\r\n"));
+  g_free (got);
+  gchar *json = NULL;
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  do
+    {
+      g_free (json);
+      json = weft_http_server_get_status_json (s.server);
+    }
+  while (strstr (json, "\"connections\": {\"live\": 0") == NULL && g_get_monotonic_time () < end);
+  g_assert_nonnull (strstr (json, "\"connections\": {\"live\": 0"));
+  g_free (json);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -866,5 +902,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/access-log", test_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
+  g_test_add_func ("/http-server/answers-to-closed-peer", test_answers_to_closed_peer);
   return g_test_run ();
 }
