@@ -9,7 +9,7 @@
 #include "weft-http-server.h"
 #include "weft-http-parser.h"
 #include "weft-http-router.h"
-#include "weft-connection.h"
+#include "weft-connection-private.h"
 #include "weft-context.h"
 
 #include <pthread.h>
@@ -126,6 +126,7 @@ struct _HttpConn {
   guint64 body_bytes;
   _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
   gboolean closing;         /* read no more; close after the queued answers */
+  gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   gboolean closed;
   atomic_bool gone;         /* closed, readable from any thread */
   gboolean paused;          /* reading stopped: too many unanswered requests */

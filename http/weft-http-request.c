@@ -257,6 +257,15 @@ attach_job (gpointer data)
     weft_http_flush_ready (hc);
 }
 
+static void
+flush_job (gpointer data)
+{
+  HttpConn *hc = data;
+  hc->flush_posted = FALSE;
+  if (!hc->closed)
+    weft_http_flush_ready (hc);
+}
+
 static gboolean
 claim (WeftHttpRequest *req, const char *func)
 {
@@ -278,6 +287,21 @@ attach (WeftHttpRequest *req)
       req->ready = TRUE;
       if (!hc->closed)
         weft_http_flush_ready (hc);
+      return;
+    }
+  if (weft_context_get_current () == hc->ctx)
+    {
+      /* On the connection's context, outside the handler's call (a
+       * coroutine handler, a job): the request stays queued, so no
+       * reference is needed, and one flush job serves every answer made
+       * before it runs (pipelined coroutine handlers: one write). */
+      req->ready = TRUE;
+      if (!hc->flush_posted && !hc->closed)
+        {
+          hc->flush_posted = TRUE;
+          weft_context_post (hc->ctx, flush_job, weft_http_conn_ref (hc),
+                             (GDestroyNotify) weft_http_conn_unref);
+        }
       return;
     }
   weft_context_post (hc->ctx, attach_job, weft_http_request_ref (req),

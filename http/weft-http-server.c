@@ -193,8 +193,24 @@ account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
 /* Writes the answers that are ready, oldest first, stopping at the first
  * that is not: pipelined answers never overtake each other. A streamed
  * answer stays at the head (hc->active) until it is finished. */
+static void flush_ready_corked (HttpConn *hc);
+
+/* Corked, so the answers of one flush leave in one system call (and a
+ * write cannot close the connection under the loop). */
 void
 weft_http_flush_ready (HttpConn *hc)
+{
+  WeftConnection *conn = weft_connection_ref (hc->conn);
+  weft_http_conn_ref (hc);
+  weft__connection_cork (conn);
+  flush_ready_corked (hc);
+  weft__connection_uncork (conn);
+  weft_http_conn_unref (hc);
+  weft_connection_unref (conn);
+}
+
+static void
+flush_ready_corked (HttpConn *hc)
 {
   WeftHttpRequest *req;
   gint64 now = 0;

@@ -34,3 +34,7 @@ gpointer weft__connection_get_wait_hook_data (WeftConnection *self);
 gboolean weft__connection_peer_closed (WeftConnection *self);
 /* Hands bytes kept from before to the reader just installed, now. */
 void weft__connection_deliver_now (WeftConnection *self);
+/* Writes made while corked wait in the queue; uncorking flushes them
+ * with one system call (as an fd callback's writes are when it returns). */
+void weft__connection_cork (WeftConnection *self);
+void weft__connection_uncork (WeftConnection *self);

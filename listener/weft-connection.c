@@ -104,6 +104,7 @@ struct _WeftConnection {
   guint read_more_posted : 1;
   guint in_write_call : 1;    /* flushing from weft_connection_write() & co. */
   guint drained_posted : 1;   /* a drained_job is pending and still due */
+  guint corked : 1;           /* weft__connection_cork(): writes wait */
   guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
                                * short read is no proof of a drained socket,
                                * read on to end of file */
@@ -167,6 +168,7 @@ static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
 static void flush (WeftConnection *self);
 static void arm_write_check (WeftConnection *self);
 static void update_interest (WeftConnection *self);
+static void queued (WeftConnection *self);
 static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
                      gsize len);
 static void fail (WeftConnection *self, GError *error);
@@ -446,6 +448,23 @@ weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHook hoo
   self->wait_hook = hook;
   self->wait_hook_data = data;
   self->wait_hook_free = data_free;
+}
+
+void
+weft__connection_cork (WeftConnection *self)
+{
+  self->corked = TRUE;
+}
+
+void
+weft__connection_uncork (WeftConnection *self)
+{
+  if (!self->corked)
+    return;
+  self->corked = FALSE;
+  if (self->closed || self->in_fd_callback || self->wq_head == NULL)
+    return; /* (the fd callback flushes when it returns) */
+  queued (self); /* as if the last write had just been made */
 }
 
 gboolean
@@ -966,7 +985,7 @@ static void
 queued (WeftConnection *self)
 {
   check_high_water (self);
-  if (self->in_fd_callback)
+  if (self->in_fd_callback || self->corked)
     return;
   /* A failed flush closes the connection, and the CLOSED handler may drop
    * the caller's last reference: hold one of our own. */
