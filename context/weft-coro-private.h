@@ -71,3 +71,8 @@ struct _WeftCoroStack {
 
 WeftCoroStack *weft__coro_stack_get (gsize size);
 void weft__coro_stack_put (WeftCoroStack *stack);
+
+/* WeftCoro objects: cached per thread like stacks (uninitialised memory of
+ * @size bytes; the size is always the same). */
+gpointer weft__coro_object_get (gsize size);
+void weft__coro_object_put (gpointer object);

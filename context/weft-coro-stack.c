@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-coro-private.h"
+#include "weft-engine-private.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 typedef struct {
   WeftCoroStack *items[LOCAL_MAX];
   guint n;
+  gpointer objects[LOCAL_MAX]; /* WeftCoro structs */
+  guint n_objects;
 } LocalCache;
 
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -64,27 +67,60 @@ shared_put (WeftCoroStack *s)
     unmap (s);
 }
 
+static _Thread_local WEFT_TLS_IE LocalCache *tls_local;
+
 static void
 local_free (gpointer data)
 {
   LocalCache *lc = data;
+  tls_local = NULL; /* (a destructor that runs later may cache again) */
   for (guint i = 0; i < lc->n; i++)
     shared_put (lc->items[i]);
+  for (guint i = 0; i < lc->n_objects; i++)
+    g_free (lc->objects[i]);
   g_free (lc);
 }
 
 static GPrivate local_key = G_PRIVATE_INIT (local_free);
 
-static LocalCache *
+/* Never inlined, with an empty asm: a thread-local address must not be
+ * reused across a coroutine switch (docs/coroutines.md). */
+__attribute__ ((noinline)) static LocalCache *
 local (void)
 {
-  LocalCache *lc = g_private_get (&local_key);
-  if (lc == NULL)
-    {
-      lc = g_new0 (LocalCache, 1);
-      g_private_set (&local_key, lc);
-    }
+  __asm__ volatile ("" ::: "memory");
+  LocalCache *lc = tls_local;
+  if (G_LIKELY (lc != NULL))
+    return lc;
+  lc = g_new0 (LocalCache, 1);
+  g_private_set (&local_key, lc); /* frees it at thread exit */
+  tls_local = lc;
   return lc;
+}
+
+gpointer
+weft__coro_object_get (gsize size)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+  LocalCache *lc = local ();
+  if (lc->n_objects > 0)
+    return lc->objects[--lc->n_objects];
+#endif
+  return g_malloc (size);
+}
+
+void
+weft__coro_object_put (gpointer object)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+  LocalCache *lc = local ();
+  if (lc->n_objects < LOCAL_MAX)
+    {
+      lc->objects[lc->n_objects++] = object;
+      return;
+    }
+#endif
+  g_free (object);
 }
 
 WeftCoroStack *

@@ -62,6 +62,15 @@ typedef struct {
   GDestroyNotify destroy;
 } Local;
 
+/* A resume job's data. At most one resume job is outstanding, and the
+ * next can be posted only once the coroutine runs again, i.e. from inside
+ * the previous job (whose notify then still has to run): two slots, used
+ * in turn, are enough. */
+typedef struct {
+  WeftCoro *c; /* ref, taken when posted */
+  gboolean ran;
+} Resume;
+
 struct _WeftCoro {
   gint ref_count;
   WeftContext *ctx;          /* ref */
@@ -70,7 +79,8 @@ struct _WeftCoro {
   GDestroyNotify notify;
   gpointer retval;
   gboolean finished;         /* the function returned (not abandoned) */
-  gboolean ended;            /* HOLDS: lock; finish() is done with it */
+  atomic_bool ended;         /* finish() is done with it */
+  atomic_bool joined;        /* a joiner came: finish() must take the lock */
 
   atomic_int state;
   atomic_int wake_reason;
@@ -82,6 +92,9 @@ struct _WeftCoro {
   pthread_mutex_t *wait_lock;   /* the queue it waits in, if any: */
   WeftCoroWaitQueue *wait_q;    /* abandoning it takes it out */
   WeftCoroWaiter *waiter;
+
+  Resume resumes[2];         /* the resume jobs' data, in turn */
+  atomic_uint resume_seq;
 
   WeftCoroRegs regs;         /* the coroutine's side while it is out */
   WeftCoroRegs *caller;      /* the resuming job's side while it runs */
@@ -167,7 +180,7 @@ coro_free (WeftCoro *c)
   g_assert (c->stack == NULL);
   weft_context_unref (c->ctx);
   pthread_mutex_destroy (&c->lock);
-  g_free (c);
+  weft__coro_object_put (c);
 }
 
 /* Leaves the coroutine for the job that resumed it. On the way back the
@@ -234,12 +247,18 @@ finish (WeftCoro *c)
   __tsan_destroy_fiber (c->tsan_fiber);
   c->tsan_fiber = NULL;
 #endif
-  /* Joiners wake now (each sees the result or the abandonment). */
-  pthread_mutex_lock (&c->lock);
-  c->ended = TRUE;
-  while (weft__coro_queue_wake_one (&c->joiners) != NULL)
-    ;
-  pthread_mutex_unlock (&c->lock);
+  /* Joiners wake now (each sees the result or the abandonment). A joiner
+   * sets joined before it checks ended under the lock, and both are
+   * sequentially consistent: either it sees ended, or we see joined and
+   * wake it under the lock. Most coroutines are never joined: no lock. */
+  atomic_store (&c->ended, TRUE);
+  if (atomic_load (&c->joined))
+    {
+      pthread_mutex_lock (&c->lock);
+      while (weft__coro_queue_wake_one (&c->joiners) != NULL)
+        ;
+      pthread_mutex_unlock (&c->lock);
+    }
   weft_coro_unref (c); /* the life reference */
 }
 
@@ -284,11 +303,9 @@ weft__coro_set_wait_queue (WeftCoro *c, pthread_mutex_t *lock, WeftCoroWaitQueue
 void
 weft__coro_init_lock (pthread_mutex_t *lock)
 {
-  pthread_mutexattr_t a;
-  pthread_mutexattr_init (&a);
-  pthread_mutexattr_settype (&a, PTHREAD_MUTEX_RECURSIVE);
-  pthread_mutex_init (lock, &a);
-  pthread_mutexattr_destroy (&a);
+  /* glibc's static initializer: no attribute calls per coroutine. */
+  static const pthread_mutex_t recursive = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+  *lock = recursive;
 }
 
 static void
@@ -329,11 +346,6 @@ run (WeftCoro *c)
     request_abandon (c);
 }
 
-/* One resume job; at most one is outstanding per coroutine. */
-typedef struct {
-  WeftCoro *c; /* ref */
-  gboolean ran;
-} Resume;
 
 static void
 resume_job (gpointer data)
@@ -363,7 +375,6 @@ resume_notify (gpointer data)
   if (!r->ran && atomic_load (&c->state) != ST_DONE)
     request_abandon (c);
   weft_coro_unref (c);
-  g_free (r);
 }
 
 /* Posts the job that resumes @c (if the post fails, its notify has
@@ -371,7 +382,7 @@ resume_notify (gpointer data)
 static gboolean
 post_resume (WeftCoro *c)
 {
-  Resume *r = g_new (Resume, 1);
+  Resume *r = &c->resumes[atomic_fetch_add_explicit (&c->resume_seq, 1, memory_order_relaxed) & 1];
   r->c = weft_coro_ref (c);
   r->ran = FALSE;
   return weft_context_post (c->ctx, resume_job, r, resume_notify);
@@ -395,8 +406,8 @@ post_resume (WeftCoro *c)
  *
  * Returns: (transfer full) (nullable): the coroutine, for
  *   weft_coro_join() and weft_coro_interrupt() (unref it when done); %NULL
- *   if no stack could be mapped (@notify is not called) or @ctx is
- *   destroyed (@notify has been called)
+ *   if no stack could be mapped (a warning is logged) or @ctx is
+ *   destroyed: @notify has been called then
  */
 WeftCoro *
 weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestroyNotify notify,
@@ -407,8 +418,15 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   WeftCoroStack *stack = weft__coro_stack_get (stack_size != 0 ? stack_size
                                                                : WEFT_CORO_DEFAULT_STACK);
   if (stack == NULL)
-    return NULL;
-  WeftCoro *c = g_new0 (WeftCoro, 1);
+    {
+      g_warning ("weft_coro_spawn: cannot map a %" G_GSIZE_FORMAT "-byte stack",
+                 stack_size != 0 ? stack_size : (gsize) WEFT_CORO_DEFAULT_STACK);
+      if (notify != NULL)
+        notify (user_data);
+      return NULL;
+    }
+  WeftCoro *c = weft__coro_object_get (sizeof (WeftCoro));
+  memset (c, 0, sizeof *c);
   c->ref_count = 2; /* the caller's, and the life reference */
   c->ctx = weft_context_ref (ctx);
   c->func = func;
@@ -861,10 +879,11 @@ weft_coro_join (WeftCoro *self, gpointer *retval, gint timeout_ms)
     *retval = NULL;
   if (c == self)
     return -EDEADLK;
+  atomic_store (&self->joined, TRUE);
   for (;;)
     {
       pthread_mutex_lock (&self->lock);
-      if (self->ended)
+      if (atomic_load (&self->ended))
         {
           pthread_mutex_unlock (&self->lock);
           break;

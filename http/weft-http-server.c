@@ -324,49 +324,32 @@ flush_ready_corked (HttpConn *hc)
 
 /* ---- requests in -------------------------------------------------------- */
 
-/* A coroutine handler: runs in the connection's context, may wait. */
-typedef struct {
-  WeftHttpServer *server;
-  WeftHttpRequest *req; /* ref */
-  WeftHttpHandler func;
-  gpointer data;
-} CoroCall;
-
+/* A coroutine handler: runs in the connection's context, may wait. Its
+ * data is the request (a reference), its handler the request's route's. */
 static gpointer
 coro_handler (gpointer data)
 {
-  CoroCall *call = data;
-  call->func (call->server, call->req, call->data);
-  if (!atomic_load (&call->req->responded))
+  WeftHttpRequest *req = data;
+  WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
+  func (req->hc->server, req, weft_http_route_get_data (req->route));
+  if (!atomic_load (&req->responded))
     {
       g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
-                 call->req->method, call->req->path);
-      weft_http_respond_self (call->req, 500, FALSE);
+              req->method, req->path);
+      weft_http_respond_self (req, 500, FALSE);
     }
   return NULL;
 }
 
 static void
-coro_call_free (gpointer data)
+spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
-  CoroCall *call = data;
-  weft_http_request_unref (call->req);
-  g_free (call);
-}
-
-static void
-spawn_handler (HttpConn *hc, WeftHttpRequest *req, WeftHttpHandler func, gpointer data)
-{
-  CoroCall *call = g_new (CoroCall, 1);
-  call->server = hc->server;
-  call->req = weft_http_request_ref (req);
-  call->func = func;
-  call->data = data;
-  WeftCoro *c = weft_coro_spawn (hc->ctx, coro_handler, call, coro_call_free,
+  WeftCoro *c = weft_coro_spawn (hc->ctx, coro_handler, weft_http_request_ref (req),
+                                 (GDestroyNotify) weft_http_request_unref,
                                  hc->server->coro_stack);
   if (c == NULL)
     {
-      /* No stack (or the context is closing): answer here. */
+      /* No stack, or the context is closing (the notify has run). */
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
       return;
@@ -402,7 +385,7 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
   WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
   if (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE)
     {
-      spawn_handler (hc, req, func, weft_http_route_get_data (req->route));
+      spawn_handler (hc, req);
       return;
     }
   weft_http_request_ref (req);
