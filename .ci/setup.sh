@@ -16,6 +16,10 @@ packages=(
   curl              # tests: a real client
   apache2-utils     # tests: ab -k against the HTTP server
   python3           # examples/demo-smoke.py
+  gobject-introspection     # Weft-1.gir / Weft-1.typelib
+  libgirepository1.0-dev
+  gir1.2-glib-2.0
+  python3-gi        # tests/test-gi.py (PyGObject)
   clang             # tests/fuzz/run: libFuzzer targets
   libclang-rt-14-dev
   valgrind          # .ci/run: coroutine tests under memcheck; <valgrind/valgrind.h>

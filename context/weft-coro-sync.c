@@ -12,17 +12,20 @@
 #include <errno.h>
 
 struct _WeftCoroMutex {
+  gint ref_count;
   pthread_mutex_t lock;
   WeftCoro *owner;          /* HOLDS: lock */
   WeftCoroWaitQueue q;      /* HOLDS: lock */
 };
 
 struct _WeftCoroCond {
+  gint ref_count;
   pthread_mutex_t lock;
   WeftCoroWaitQueue q;      /* HOLDS: lock */
 };
 
 struct _WeftCoroChannel {
+  gint ref_count;
   pthread_mutex_t lock;
   gpointer *items;          /* ring; HOLDS: lock */
   guint capacity;
@@ -31,6 +34,11 @@ struct _WeftCoroChannel {
   WeftCoroWaitQueue senders, receivers; /* HOLDS: lock */
   GDestroyNotify item_free;
 };
+
+G_DEFINE_BOXED_TYPE (WeftCoroMutex, weft_coro_mutex, weft_coro_mutex_ref, weft_coro_mutex_unref)
+G_DEFINE_BOXED_TYPE (WeftCoroCond, weft_coro_cond, weft_coro_cond_ref, weft_coro_cond_unref)
+G_DEFINE_BOXED_TYPE (WeftCoroChannel, weft_coro_channel, weft_coro_channel_ref,
+                     weft_coro_channel_unref)
 
 static gint
 as_errno (gint reason)
@@ -77,18 +85,38 @@ WeftCoroMutex *
 weft_coro_mutex_new (void)
 {
   WeftCoroMutex *m = g_new0 (WeftCoroMutex, 1);
+  m->ref_count = 1;
   weft__coro_init_lock (&m->lock);
   return m;
 }
 
 /**
- * weft_coro_mutex_free:
- * @mutex: (transfer full): an unlocked mutex nobody waits for
+ * weft_coro_mutex_ref:
+ * @mutex: a mutex
+ *
+ * Returns: (transfer full): @mutex
+ */
+WeftCoroMutex *
+weft_coro_mutex_ref (WeftCoroMutex *mutex)
+{
+  g_return_val_if_fail (mutex != NULL, NULL);
+  g_atomic_int_inc (&mutex->ref_count);
+  return mutex;
+}
+
+/**
+ * weft_coro_mutex_unref:
+ * @mutex: (transfer full): a mutex
+ *
+ * Drops a reference; the last one frees @mutex, which nobody may wait
+ * on then.
  */
 void
-weft_coro_mutex_free (WeftCoroMutex *mutex)
+weft_coro_mutex_unref (WeftCoroMutex *mutex)
 {
   g_return_if_fail (mutex != NULL);
+  if (!g_atomic_int_dec_and_test (&mutex->ref_count))
+    return;
   g_return_if_fail (mutex->owner == NULL && mutex->q.head == NULL);
   pthread_mutex_destroy (&mutex->lock);
   g_free (mutex);
@@ -199,18 +227,38 @@ WeftCoroCond *
 weft_coro_cond_new (void)
 {
   WeftCoroCond *cond = g_new0 (WeftCoroCond, 1);
+  cond->ref_count = 1;
   weft__coro_init_lock (&cond->lock);
   return cond;
 }
 
 /**
- * weft_coro_cond_free:
- * @cond: (transfer full): a condition nobody waits on
+ * weft_coro_cond_ref:
+ * @cond: a cond
+ *
+ * Returns: (transfer full): @cond
+ */
+WeftCoroCond *
+weft_coro_cond_ref (WeftCoroCond *cond)
+{
+  g_return_val_if_fail (cond != NULL, NULL);
+  g_atomic_int_inc (&cond->ref_count);
+  return cond;
+}
+
+/**
+ * weft_coro_cond_unref:
+ * @cond: (transfer full): a cond
+ *
+ * Drops a reference; the last one frees @cond, which nobody may wait
+ * on then.
  */
 void
-weft_coro_cond_free (WeftCoroCond *cond)
+weft_coro_cond_unref (WeftCoroCond *cond)
 {
   g_return_if_fail (cond != NULL);
+  if (!g_atomic_int_dec_and_test (&cond->ref_count))
+    return;
   g_return_if_fail (cond->q.head == NULL);
   pthread_mutex_destroy (&cond->lock);
   g_free (cond);
@@ -307,6 +355,7 @@ weft_coro_channel_new (guint capacity, GDestroyNotify item_free)
 {
   g_return_val_if_fail (capacity >= 1, NULL);
   WeftCoroChannel *ch = g_new0 (WeftCoroChannel, 1);
+  ch->ref_count = 1;
   weft__coro_init_lock (&ch->lock);
   ch->items = g_new0 (gpointer, capacity);
   ch->capacity = capacity;
@@ -315,13 +364,32 @@ weft_coro_channel_new (guint capacity, GDestroyNotify item_free)
 }
 
 /**
- * weft_coro_channel_free:
- * @channel: (transfer full): a channel nobody waits on
+ * weft_coro_channel_ref:
+ * @channel: a channel
+ *
+ * Returns: (transfer full): @channel
+ */
+WeftCoroChannel *
+weft_coro_channel_ref (WeftCoroChannel *channel)
+{
+  g_return_val_if_fail (channel != NULL, NULL);
+  g_atomic_int_inc (&channel->ref_count);
+  return channel;
+}
+
+/**
+ * weft_coro_channel_unref:
+ * @channel: (transfer full): a channel
+ *
+ * Drops a reference; the last one frees @channel, which nobody may wait
+ * on then.
  */
 void
-weft_coro_channel_free (WeftCoroChannel *channel)
+weft_coro_channel_unref (WeftCoroChannel *channel)
 {
   g_return_if_fail (channel != NULL);
+  if (!g_atomic_int_dec_and_test (&channel->ref_count))
+    return;
   g_return_if_fail (channel->senders.head == NULL && channel->receivers.head == NULL);
   for (guint i = 0; i < channel->n; i++)
     if (channel->item_free != NULL)

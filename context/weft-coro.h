@@ -113,7 +113,11 @@ gpointer weft_coro_get_local (gconstpointer key);
 WEFT_AVAILABLE_IN_ALL
 WeftCoroMutex *weft_coro_mutex_new (void);
 WEFT_AVAILABLE_IN_ALL
-void weft_coro_mutex_free (WeftCoroMutex *mutex);
+GType weft_coro_mutex_get_type (void) G_GNUC_CONST;
+WEFT_AVAILABLE_IN_ALL
+WeftCoroMutex *weft_coro_mutex_ref (WeftCoroMutex *mutex);
+WEFT_AVAILABLE_IN_ALL
+void weft_coro_mutex_unref (WeftCoroMutex *mutex);
 WEFT_AVAILABLE_IN_ALL
 gint weft_coro_mutex_lock (WeftCoroMutex *mutex);
 WEFT_AVAILABLE_IN_ALL
@@ -124,7 +128,11 @@ void weft_coro_mutex_unlock (WeftCoroMutex *mutex);
 WEFT_AVAILABLE_IN_ALL
 WeftCoroCond *weft_coro_cond_new (void);
 WEFT_AVAILABLE_IN_ALL
-void weft_coro_cond_free (WeftCoroCond *cond);
+GType weft_coro_cond_get_type (void) G_GNUC_CONST;
+WEFT_AVAILABLE_IN_ALL
+WeftCoroCond *weft_coro_cond_ref (WeftCoroCond *cond);
+WEFT_AVAILABLE_IN_ALL
+void weft_coro_cond_unref (WeftCoroCond *cond);
 WEFT_AVAILABLE_IN_ALL
 gint weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms);
 WEFT_AVAILABLE_IN_ALL
@@ -135,7 +143,11 @@ void weft_coro_cond_broadcast (WeftCoroCond *cond);
 WEFT_AVAILABLE_IN_ALL
 WeftCoroChannel *weft_coro_channel_new (guint capacity, GDestroyNotify item_free);
 WEFT_AVAILABLE_IN_ALL
-void weft_coro_channel_free (WeftCoroChannel *channel);
+GType weft_coro_channel_get_type (void) G_GNUC_CONST;
+WEFT_AVAILABLE_IN_ALL
+WeftCoroChannel *weft_coro_channel_ref (WeftCoroChannel *channel);
+WEFT_AVAILABLE_IN_ALL
+void weft_coro_channel_unref (WeftCoroChannel *channel);
 WEFT_AVAILABLE_IN_ALL
 gint weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms);
 WEFT_AVAILABLE_IN_ALL
@@ -144,5 +156,9 @@ WEFT_AVAILABLE_IN_ALL
 void weft_coro_channel_close (WeftCoroChannel *channel);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftCoro, weft_coro_unref)
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftCoroMutex, weft_coro_mutex_unref)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftCoroCond, weft_coro_cond_unref)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (WeftCoroChannel, weft_coro_channel_unref)
 
 G_END_DECLS

@@ -33,6 +33,11 @@
 
 G_DEFINE_BOXED_TYPE (WeftConnection, weft_connection, weft_connection_ref,
                      weft_connection_unref)
+G_DEFINE_ENUM_TYPE (WeftConnectionEvent, weft_connection_event,
+                    G_DEFINE_ENUM_VALUE (WEFT_CONNECTION_EVENT_PEER_CLOSED, "peer-closed"),
+                    G_DEFINE_ENUM_VALUE (WEFT_CONNECTION_EVENT_DRAINED, "drained"),
+                    G_DEFINE_ENUM_VALUE (WEFT_CONNECTION_EVENT_ERROR, "error"),
+                    G_DEFINE_ENUM_VALUE (WEFT_CONNECTION_EVENT_CLOSED, "closed"))
 
 #define SCRATCH_SIZE (64 * 1024)
 #define MAX_IOV 64

@@ -288,8 +288,8 @@ test_cond_signal_broadcast (void)
       weft_context_destroy (ctxs[i]);
       weft_context_unref (ctxs[i]);
     }
-  weft_coro_cond_free (s.cond);
-  weft_coro_mutex_free (s.mutex);
+  weft_coro_cond_unref (s.cond);
+  weft_coro_mutex_unref (s.mutex);
   env_clear (&e);
 }
 
@@ -310,7 +310,7 @@ test_cond_timeout (void)
   env_init (&e, 2);
   WeftCoroCond *cond = weft_coro_cond_new ();
   run_coro (e.ctx, timed_cond, cond);
-  weft_coro_cond_free (cond);
+  weft_coro_cond_unref (cond);
   env_clear (&e);
 }
 
@@ -389,8 +389,8 @@ test_interrupt (gconstpointer data)
     }
   weft_context_destroy (other);
   weft_context_unref (other);
-  weft_coro_cond_free (in.cond);
-  weft_coro_mutex_free (in.mutex);
+  weft_coro_cond_unref (in.cond);
+  weft_coro_mutex_unref (in.mutex);
   env_clear (&e);
 }
 
@@ -465,7 +465,7 @@ test_mutex_fifo (void)
   g_assert_cmpstr (f.order->str, ==, "abcd");
   g_string_free (f.order, TRUE);
   pthread_mutex_destroy (&f.lock);
-  weft_coro_mutex_free (f.mutex);
+  weft_coro_mutex_unref (f.mutex);
   env_clear (&e);
 }
 
@@ -631,7 +631,7 @@ test_migration_errno (void)
   g_assert_cmpuint (g_hash_table_size (m.threads), ==, 2);
   weft_context_destroy (m.noise);
   weft_context_unref (m.noise);
-  weft_coro_cond_free (m.cond);
+  weft_coro_cond_unref (m.cond);
   g_hash_table_unref (m.threads);
   pthread_mutex_destroy (&m.lock);
   env_clear (&e);
@@ -682,7 +682,7 @@ test_channel (void)
   WT_WAIT_UNTIL (weft_coro_is_done (p) && weft_coro_is_done (c));
   weft_coro_unref (p);
   weft_coro_unref (c);
-  weft_coro_channel_free (ch);
+  weft_coro_channel_unref (ch);
   weft_context_destroy (other);
   weft_context_unref (other);
   env_clear (&e);
@@ -822,7 +822,7 @@ test_destroy_with_suspended (void)
       close (s.fds[i][1]);
     }
   env_clear (&e);
-  weft_coro_cond_free (s.cond);
+  weft_coro_cond_unref (s.cond);
 }
 
 /* ---- stack overflow ----------------------------------------------------- */
