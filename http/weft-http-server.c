@@ -195,6 +195,21 @@ account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
  * answer stays at the head (hc->active) until it is finished. */
 static void flush_ready_corked (HttpConn *hc);
 
+/* After the last answer: the client may still be sending (a body refused
+ * with 413, pipelined requests after a "Connection: close" one). Closing
+ * with its bytes unread would reset the connection, and the reset may
+ * destroy the answer before the client reads it; so the connection
+ * lingers, dropping input, until the client closes too: at most
+ * LINGER_MS and LINGER_MAX_BYTES (as nginx's lingering close). */
+#define LINGER_MS 5000
+#define LINGER_MAX_BYTES (64 * 1024 * 1024)
+
+static void
+close_lingering (HttpConn *hc)
+{
+  weft__connection_close_lingering (hc->conn, LINGER_MS, LINGER_MAX_BYTES, hc->input_unread);
+}
+
 /* Corked, so the answers of one flush leave in one system call (and a
  * write cannot close the connection under the loop). */
 void
@@ -229,6 +244,7 @@ flush_ready_corked (HttpConn *hc)
               weft_http_force_close (req);
               hc->reading = NULL;
               hc->closing = TRUE;
+              hc->input_unread = TRUE; /* the body may still come */
               stop_timer (hc);
               weft_connection_stop_reading (hc->conn);
             }
@@ -300,7 +316,7 @@ flush_ready_corked (HttpConn *hc)
         {
           hc->closing = TRUE;
           drop_pending (hc);
-          weft_connection_close (hc->conn);
+          close_lingering (hc);
           return;
         }
     }
@@ -308,7 +324,7 @@ flush_ready_corked (HttpConn *hc)
     return;
   if (hc->closing && (hc->n_pending == 0))
     {
-      weft_connection_close (hc->conn);
+      close_lingering (hc);
       return;
     }
   if ((hc->n_pending == 0) && hc->reading == NULL)
@@ -410,6 +426,7 @@ fail_request (HttpConn *hc, guint status)
     }
   hc->reading = NULL;
   hc->closing = TRUE;
+  hc->input_unread = TRUE; /* the rest of what it sends is refused */
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
   if (req->body_func != NULL && !req->body_done)

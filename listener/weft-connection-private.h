@@ -38,3 +38,11 @@ void weft__connection_deliver_now (WeftConnection *self);
  * with one system call (as an fd callback's writes are when it returns). */
 void weft__connection_cork (WeftConnection *self);
 void weft__connection_uncork (WeftConnection *self);
+/* Graceful close that lingers: once the output is sent, shuts the write
+ * side and reads and drops input for up to @linger_ms or @max_discard
+ * bytes, then closes, so unread input does not turn the close into a
+ * reset that could destroy the last answer in flight (HTTP errors sent
+ * while a request body still arrives). Unless @always, it lingers only if
+ * input is waiting when the output is gone. */
+void weft__connection_close_lingering (WeftConnection *self, guint linger_ms,
+                                       guint64 max_discard, gboolean always);

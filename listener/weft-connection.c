@@ -110,6 +110,10 @@ struct _WeftConnection {
   guint in_write_call : 1;    /* flushing from weft_connection_write() & co. */
   guint drained_posted : 1;   /* a drained_job is pending and still due */
   guint corked : 1;           /* weft__connection_cork(): writes wait */
+  guint lingering : 1;        /* close: after the output, shut the write side
+                               * and read (discarding) until the peer's end */
+  guint discarding : 1;       /* lingering now: output gone, write side shut */
+  guint linger_always : 1;    /* linger even if no input is waiting yet */
   guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
                                * short read is no proof of a drained socket,
                                * read on to end of file */
@@ -143,6 +147,8 @@ struct _WeftConnection {
   guint idle_id;
   guint write_id;
   guint linger_id;
+  guint linger_ms;            /* lingering: how long to discard input */
+  guint64 discard_left;       /* lingering: how much input to discard */
   gint64 last_activity;
   guint64 sent_total;       /* bytes the peer took: write-timeout progress */
   guint64 sent_at_check;
@@ -174,6 +180,8 @@ static void flush (WeftConnection *self);
 static void arm_write_check (WeftConnection *self);
 static void update_interest (WeftConnection *self);
 static void queued (WeftConnection *self);
+static void close_flushed (WeftConnection *self);
+static void discard_input (WeftConnection *self);
 static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
                      gsize len);
 static void fail (WeftConnection *self, GError *error);
@@ -773,9 +781,9 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
       len -= used;
     }
 
-  if (len == 0 || self->closed)
+  if (len == 0 || self->closed || self->closing)
     {
-      g_free (owned);
+      g_free (owned); /* (closing: no reader will come for it) */
       return;
     }
   /* Keep the rest for the next reader, or for more bytes. The reader may
@@ -1397,7 +1405,7 @@ after:
   if (self->closed || self->wq_head != NULL || self->handshaking)
     return;
   if (self->closing)
-    finish_close (self, FALSE);
+    close_flushed (self);
   else if (self->write_shutdown && !self->write_shut_done)
     {
       if (self->tls != NULL)
@@ -1435,6 +1443,8 @@ update_interest (WeftConnection *self)
   GIOCondition want = 0;
   if (self->handshaking)
     want = self->interest; /* drive_handshake() chose it */
+  else if (self->discarding)
+    want = G_IO_IN;
   else
     {
       if (self->mode != READ_NONE && !self->read_paused && !self->peer_closed && !self->closing)
@@ -1495,7 +1505,9 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
   self->in_fd_callback = TRUE;
   if (condition & (WEFT__IO_RDHUP | G_IO_HUP | G_IO_ERR))
     self->fin_pending = TRUE; /* edge-triggered: said once only */
-  if (self->handshaking)
+  if (self->discarding)
+    discard_input (self);
+  else if (self->handshaking)
     drive_handshake (self);
   else
     {
@@ -1535,6 +1547,8 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
         }
     }
   self->in_fd_callback = FALSE;
+  if (self->discarding && !self->closed)
+    discard_input (self);
   if (!self->closed && !self->handshaking)
     flush (self);
   gboolean keep = !self->closed;
@@ -1637,6 +1651,89 @@ linger_expired (gpointer data)
   return G_SOURCE_REMOVE;
 }
 
+/* Lingering: reads and drops what the peer still sends, until its end of
+ * file, the byte budget or the linger timeout; then closes. */
+static void
+discard_input (WeftConnection *self)
+{
+  guint8 *scratch = scratch_buffer ();
+  for (;;)
+    {
+      ssize_t n = recv (self->fd, scratch, SCRATCH_SIZE, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+      if (n <= 0 || (guint64) n >= self->discard_left)
+        {
+          /* The peer's end (or its reset), or more than we will take. */
+          finish_close (self, n > 0);
+          return;
+        }
+      self->discard_left -= (guint64) n;
+    }
+}
+
+static gboolean
+discard_expired (gpointer data)
+{
+  WeftConnection *self = data;
+  self->linger_id = 0;
+  finish_close (self, FALSE);
+  return G_SOURCE_REMOVE;
+}
+
+/* The output of a closing connection is gone: close, or linger first. */
+static void
+close_flushed (WeftConnection *self)
+{
+  if (self->discarding)
+    return; /* (every flush ends here: the end comes from discard_input) */
+  int unread = 0;
+  if (!self->lingering || self->peer_closed ||
+      (!self->linger_always && ioctl (self->fd, FIONREAD, &unread) == 0 && unread == 0))
+    {
+      finish_close (self, FALSE);
+      return;
+    }
+  /* Closing a socket with unread input makes the kernel send a reset,
+   * which may reach the peer before it has read our last answer (an
+   * error such as 413 sent while its body still arrives). Shut the write
+   * side instead, so the answer and an end of file go out, and drop input
+   * until the peer closes too. */
+  self->discarding = TRUE;
+  if (self->linger_id != 0)
+    weft_context_remove (self->ctx, self->linger_id);
+  self->linger_id = weft_context_add_timeout (self->ctx, self->linger_ms, discard_expired, self,
+                                              NULL);
+  if (self->tls != NULL && !self->write_shut_done)
+    weft__tls_shutdown (self->tls);
+  shutdown (self->fd, SHUT_WR);
+  self->write_shut_done = TRUE;
+  /* Edge-triggered: input already there raises no new edge, so read it
+   * now; from inside the fd callback (whose reads may still be using the
+   * scratch buffer) that is done when the callback ends. */
+  if (!self->in_fd_callback)
+    {
+      discard_input (self);
+      if (!self->closed)
+        update_interest (self);
+    }
+}
+
+void
+weft__connection_close_lingering (WeftConnection *self, guint linger_ms, guint64 max_discard,
+                                  gboolean always)
+{
+  if (self->closed || self->closing)
+    return;
+  self->lingering = TRUE;
+  self->linger_always = always;
+  self->linger_ms = MAX (linger_ms, 1u);
+  self->discard_left = MAX (max_discard, (guint64) 1);
+  weft_connection_close (self);
+}
+
 /**
  * weft_connection_close:
  * @self: a connection
@@ -1659,7 +1756,7 @@ weft_connection_close (WeftConnection *self)
     clear_reader (self);
   if (self->wq_head == NULL)
     {
-      finish_close (self, FALSE);
+      close_flushed (self);
       return;
     }
   if (self->write_ms == 0)

@@ -879,6 +879,43 @@ test_answers_to_closed_peer (void)
   srv_stop (&s);
 }
 
+/* A body refused with 413 while the client still sends it: the server
+ * lingers (drops the rest) instead of closing with unread input, which
+ * would reset the connection and could destroy the answer; so the client
+ * sends its whole body and then reads the 413. */
+static void
+test_refused_body_answer_readable (void)
+{
+  Srv s;
+  srv_start (&s, 1 << 20, 0);
+  for (guint round = 0; round < 5; round++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      wt_send_str (fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 4194304\r\n\r\n");
+      g_usleep (20000); /* the 413 is on its way before the body */
+      static char chunk[65536];
+      gsize sent = 0;
+      while (sent < (gsize) 4 << 20)
+        {
+          ssize_t n = send (fd, chunk, sizeof chunk, MSG_NOSIGNAL);
+          if (n < 0 && errno == EINTR)
+            continue;
+          if (n <= 0)
+            g_error ("round %u: sending the body failed after %" G_GSIZE_FORMAT " bytes: %s",
+                     round, sent, g_strerror (errno));
+          sent += (gsize) n;
+        }
+      gboolean reset = FALSE;
+      GByteArray *got = wt_recv_to_eof (fd, TRUE, &reset);
+      g_byte_array_append (got, (const guint8 *) "", 1);
+      if (reset || !g_str_has_prefix ((char *) got->data, "HTTP/1.1 413 "))
+        g_error ("round %u: reset %d, got:\n%s", round, reset, (char *) got->data);
+      g_byte_array_unref (got);
+      close (fd);
+    }
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -903,5 +940,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
   g_test_add_func ("/http-server/answers-to-closed-peer", test_answers_to_closed_peer);
+  g_test_add_func ("/http-server/refused-body-answer-readable",
+                   test_refused_body_answer_readable);
   return g_test_run ();
 }
