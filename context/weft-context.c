@@ -90,6 +90,9 @@ weft__engine_destroy_contexts (WeftEngine *engine)
  * weft_context_ref:
  * @self: a context
  *
+ * Takes a reference on @self; drop it with weft_context_unref(). Safe
+ * from any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftContext *
@@ -407,6 +410,10 @@ close_context (WeftContext *self)
  * weft_context_is_destroyed:
  * @self: a context
  *
+ * Tells whether @self is closed: once it is, posts are refused and no
+ * source can be added. Safe from any thread; a %FALSE may be stale by the
+ * time it is read if another thread destroys @self concurrently.
+ *
  * Returns: %TRUE once weft_context_destroy() or the last unref closed @self.
  */
 gboolean
@@ -420,6 +427,10 @@ weft_context_is_destroyed (WeftContext *self)
  * weft_context_get_engine:
  * @self: a context
  *
+ * Gets the engine given to weft_context_new(). No reference is added:
+ * take one with weft_engine_ref() to keep the engine. Safe from any
+ * thread.
+ *
  * Returns: (transfer none): the engine that runs @self
  */
 WeftEngine *
@@ -431,6 +442,11 @@ weft_context_get_engine (WeftContext *self)
 
 /**
  * weft_context_get_current:
+ *
+ * Finds the context running the calling code: inside a job, fd, timeout,
+ * idle or signal callback of a context (or a coroutine it runs), that
+ * context; anywhere else, such as a job from weft_engine_post() or a
+ * thread of your own, %NULL. The context is not referenced.
  *
  * Returns: (transfer none) (nullable): the context whose callback is
  *   running on this thread, or %NULL outside context callbacks
@@ -575,6 +591,9 @@ weft_context_set_max_queued (WeftContext *self, guint max_queued)
 /**
  * weft_context_get_max_queued:
  * @self: a context
+ *
+ * Gets the bound weft_context_try_post() enforces on the jobs queued on
+ * @self. Safe from any thread.
  *
  * Returns: the bound from weft_context_set_max_queued(), 0 for none
  */

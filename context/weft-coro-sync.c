@@ -79,6 +79,10 @@ wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_
 /**
  * weft_coro_mutex_new:
  *
+ * Creates a mutex for coroutines of any contexts; lock it with
+ * weft_coro_mutex_lock() from a coroutine. Release it with
+ * weft_coro_mutex_unref().
+ *
  * Returns: (transfer full): a new, unlocked mutex
  */
 WeftCoroMutex *
@@ -93,6 +97,9 @@ weft_coro_mutex_new (void)
 /**
  * weft_coro_mutex_ref:
  * @mutex: a mutex
+ *
+ * Takes a reference on @mutex; drop it with weft_coro_mutex_unref(). Safe
+ * from any thread.
  *
  * Returns: (transfer full): @mutex
  */
@@ -165,6 +172,11 @@ weft_coro_mutex_lock (WeftCoroMutex *mutex)
  * weft_coro_mutex_trylock:
  * @mutex: a mutex
  *
+ * From a coroutine: takes @mutex if nobody holds it, without suspending.
+ * It is not recursive: if the calling coroutine already holds @mutex,
+ * this returns %FALSE. Outside a coroutine it logs a critical warning and
+ * returns %FALSE.
+ *
  * Returns: %TRUE if the calling coroutine now holds @mutex
  */
 gboolean
@@ -221,6 +233,10 @@ relock (WeftCoroMutex *mutex, WeftCoro *c)
 /**
  * weft_coro_cond_new:
  *
+ * Creates a condition variable for coroutines; wait on it with
+ * weft_coro_cond_wait() and wake waiters with weft_coro_cond_signal() or
+ * weft_coro_cond_broadcast(). Release it with weft_coro_cond_unref().
+ *
  * Returns: (transfer full): a new condition variable
  */
 WeftCoroCond *
@@ -235,6 +251,9 @@ weft_coro_cond_new (void)
 /**
  * weft_coro_cond_ref:
  * @cond: a cond
+ *
+ * Takes a reference on @cond; drop it with weft_coro_cond_unref(). Safe
+ * from any thread.
  *
  * Returns: (transfer full): @cond
  */
@@ -348,6 +367,10 @@ weft_coro_cond_broadcast (WeftCoroCond *cond)
  * @capacity: items it holds before senders wait (at least 1)
  * @item_free: (nullable): frees items left in it when it is freed
  *
+ * Creates an empty channel: coroutines of any contexts pass items through
+ * it with weft_coro_channel_send() and weft_coro_channel_receive(), first
+ * in first out. Release it with weft_coro_channel_unref().
+ *
  * Returns: (transfer full): a new channel
  */
 WeftCoroChannel *
@@ -366,6 +389,9 @@ weft_coro_channel_new (guint capacity, GDestroyNotify item_free)
 /**
  * weft_coro_channel_ref:
  * @channel: a channel
+ *
+ * Takes a reference on @channel; drop it with weft_coro_channel_unref().
+ * Safe from any thread.
  *
  * Returns: (transfer full): @channel
  */

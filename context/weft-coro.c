@@ -453,6 +453,9 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
  * weft_coro_ref:
  * @self: a coroutine
  *
+ * Takes a reference on @self, for example to join it later; drop it with
+ * weft_coro_unref(). Safe from any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftCoro *
@@ -481,6 +484,9 @@ weft_coro_unref (WeftCoro *self)
 /**
  * weft_coro_self:
  *
+ * Finds the coroutine the calling code runs in. No reference is added;
+ * a coroutine keeps itself alive while it runs.
+ *
  * Returns: (transfer none) (nullable): the coroutine running this code, or
  *   %NULL outside coroutines
  */
@@ -494,6 +500,10 @@ weft_coro_self (void)
  * weft_coro_get_context:
  * @self: a coroutine
  *
+ * Gets the context given to weft_coro_spawn(). The coroutine holds a
+ * reference on it for as long as @self exists; none is added for the
+ * caller. Safe from any thread.
+ *
  * Returns: (transfer none): the context it runs in
  */
 WeftContext *
@@ -506,6 +516,10 @@ weft_coro_get_context (WeftCoro *self)
 /**
  * weft_coro_is_done:
  * @self: a coroutine
+ *
+ * Tells, without waiting, whether @self has finished; use
+ * weft_coro_join() to wait for it and get its result. Safe from any
+ * thread.
  *
  * Returns: %TRUE once it has ended (or was abandoned with its context)
  */
@@ -951,6 +965,10 @@ weft_coro_set_local (gconstpointer key, gpointer value, GDestroyNotify destroy)
 /**
  * weft_coro_get_local:
  * @key: a key
+ *
+ * Looks up the value weft_coro_set_local() stored for @key in the calling
+ * coroutine. Only from a coroutine; elsewhere it logs a critical warning
+ * and returns %NULL. The value stays owned by the coroutine.
  *
  * Returns: (transfer none) (nullable): the running coroutine's value for
  *   @key

@@ -63,6 +63,9 @@ weft_join_new (guint n_tasks, WeftContext *context, WeftJobFunc continuation,
  * weft_join_ref:
  * @self: a join point
  *
+ * Takes a reference on @self; drop it with weft_join_unref(). Safe from
+ * any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftJoin *
@@ -138,6 +141,10 @@ weft_join_done (WeftJoin *self)
 /**
  * weft_join_is_complete:
  * @self: a join point
+ *
+ * Tells whether the last pending task has ended. The continuation may not
+ * have finished yet: a lazy join only posted it, and an eager one may
+ * still be running it on another thread. Safe from any thread.
  *
  * Returns: %TRUE once the last task ended (the continuation ran or is
  *   posted)

@@ -94,6 +94,9 @@ weft_engine_new (guint n_workers, GError **error)
  * weft_engine_ref:
  * @self: an engine
  *
+ * Takes a reference on @self; drop it with weft_engine_unref(). Safe from
+ * any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftEngine *
@@ -409,6 +412,11 @@ weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
  * weft_engine_is_running:
  * @self: an engine
  *
+ * Tells whether the engine's workers are running. An engine from
+ * weft_engine_new() is running; weft_engine_stop(),
+ * weft_engine_shutdown() and the last unref stop it, and
+ * weft_engine_start() runs it again. Safe from any thread.
+ *
  * Returns: %TRUE between a start and a stop.
  */
 gboolean
@@ -425,6 +433,11 @@ weft_engine_is_running (WeftEngine *self)
  * weft_engine_get_n_workers:
  * @self: an engine
  *
+ * Gets the size of the worker pool, fixed at weft_engine_new() (one per
+ * CPU if 0 was given there). It never changes, even while the engine is
+ * stopped; see #WeftEngineStats for the workers actually running. Safe
+ * from any thread.
+ *
  * Returns: the number of worker threads the engine runs when started.
  */
 guint
@@ -437,6 +450,11 @@ weft_engine_get_n_workers (WeftEngine *self)
 /**
  * weft_engine_is_worker_thread:
  * @self: an engine
+ *
+ * Tells whether the calling thread is one of @self's workers, for
+ * example to avoid calls that must not be made from a worker of the same
+ * engine (weft_engine_stop(), weft_engine_shutdown()). Safe from any
+ * thread.
  *
  * Returns: %TRUE if the calling thread is one of @self's workers.
  */
@@ -601,6 +619,9 @@ weft_engine_get_stats (WeftEngine *self, WeftEngineStats *stats)
 /**
  * weft_engine_stats_copy:
  * @stats: counters
+ *
+ * Copies counters read with weft_engine_get_stats() to the heap (the
+ * boxed type's copy function); free the copy with weft_engine_stats_free().
  *
  * Returns: (transfer full): a copy of @stats
  */

@@ -280,6 +280,10 @@ weft_engine_set_timer_slack (WeftEngine *self, guint64 slack_us)
  * weft_engine_get_timer_slack:
  * @self: an engine
  *
+ * Gets how late a timeout may fire so that timeouts due close together
+ * share one wake-up, as set with weft_engine_set_timer_slack() (default
+ * 50 us). Safe from any thread.
+ *
  * Returns: the timer slack in microseconds
  */
 guint64

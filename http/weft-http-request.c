@@ -359,6 +359,9 @@ weft_http_force_close (WeftHttpRequest *req)
  * weft_http_request_ref:
  * @self: a request
  *
+ * Takes a reference on @self, for example to answer it after the handler
+ * returned; drop it with weft_http_request_unref(). Any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftHttpRequest *
@@ -411,6 +414,9 @@ weft_http_request_unref (WeftHttpRequest *self)
  * weft_http_request_get_method:
  * @self: a request
  *
+ * Gets the request's method as sent (methods are case-sensitive). The
+ * string belongs to the request and lives as long as it. Any thread.
+ *
  * Returns: the method, such as "GET"
  */
 const gchar *
@@ -423,6 +429,9 @@ weft_http_request_get_method (WeftHttpRequest *self)
 /**
  * weft_http_request_get_path:
  * @self: a request
+ *
+ * Gets the path part of the request-target, without the query. The string
+ * belongs to the request and lives as long as it. Any thread.
  *
  * Returns: the target's path, as sent (not percent-decoded), such as
  *   "/a/b"; "*" for "OPTIONS *"
@@ -438,6 +447,10 @@ weft_http_request_get_path (WeftHttpRequest *self)
  * weft_http_request_get_query:
  * @self: a request
  *
+ * Gets the raw query string, not decoded; weft_http_request_get_query_param()
+ * decodes it. The string belongs to the request and lives as long as it.
+ * Any thread.
+ *
  * Returns: the query after '?', as sent; "" if none
  */
 const gchar *
@@ -451,6 +464,10 @@ weft_http_request_get_query (WeftHttpRequest *self)
  * weft_http_request_get_param:
  * @self: a request
  * @name: the name of a `{name}` segment of the route's pattern
+ *
+ * Gets the path segment that matched a `{name}` segment of the handler's
+ * route (see weft_http_server_add_handler_full()). The string belongs to
+ * the request and lives as long as it. Any thread.
  *
  * Returns: (nullable): the segment's value, percent-decoded, or %NULL if
  *   the route has no such segment
@@ -497,6 +514,10 @@ weft_http_request_get_query_params (WeftHttpRequest *self)
  * @self: a request
  * @name: a query parameter's name, decoded
  *
+ * Looks up one parameter of the decoded query; for a name given several
+ * times, the first value. The string belongs to the request and lives as
+ * long as it. Any thread.
+ *
  * Returns: (nullable): its decoded value ("" for a name without '='), or
  *   %NULL (see weft_http_request_get_query_params())
  */
@@ -512,6 +533,10 @@ weft_http_request_get_query_param (WeftHttpRequest *self, const gchar *name)
  * weft_http_request_get_header:
  * @self: a request
  * @name: a header name, in any case
+ *
+ * Looks up a request header; for a header sent several times, only the
+ * first line's value. The string belongs to the request and lives as long
+ * as it. Any thread.
  *
  * Returns: (nullable): the value of the first header called @name, without
  *   surrounding whitespace, or %NULL
@@ -530,6 +555,10 @@ weft_http_request_get_header (WeftHttpRequest *self, const gchar *name)
 /**
  * weft_http_request_get_body:
  * @self: a request
+ *
+ * Gets the whole request body, complete by the time a default handler
+ * runs. The bytes belong to the request: take a reference with
+ * g_bytes_ref() to keep them longer. Any thread.
  *
  * Returns: (transfer none) (nullable): the body, de-chunked; empty if
  *   none; %NULL for a request whose handler streams the body

@@ -919,6 +919,9 @@ weft_http_server_new (WeftEngine *engine)
  * weft_http_server_ref:
  * @self: a server
  *
+ * Takes a reference on @self; drop it with weft_http_server_unref(). Any
+ * thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftHttpServer *
@@ -1065,6 +1068,11 @@ weft_http_server_set_limit (WeftHttpServer *self, WeftHttpLimit limit, guint64 v
  * @self: a server
  * @limit: which limit
  *
+ * Gets one of the server's limits or timeouts, in the units of
+ * #WeftHttpLimit: the default unless weft_http_server_set_limit() (or
+ * weft_http_server_set_max_body() or weft_http_server_set_timeouts())
+ * changed it. Any thread.
+ *
  * Returns: the limit's value
  */
 guint64
@@ -1139,6 +1147,11 @@ weft_http_server_start (WeftHttpServer *self, GError **error)
 /**
  * weft_http_server_get_n_requests:
  * @self: a server
+ *
+ * Counts the requests that reached routing, those answered 404, 405 or
+ * 501 included; a request whose handler streams the body counts once its
+ * head has arrived. Requests the server refuses itself (malformed, over a
+ * limit, timed out) are not counted. Any thread.
  *
  * Returns: requests received whole since the server started
  */

@@ -17,7 +17,27 @@ G_BEGIN_DECLS
 #define WEFT_TYPE_HTTP_SERVER (weft_http_server_get_type ())
 #define WEFT_TYPE_HTTP_REQUEST (weft_http_request_get_type ())
 
+/**
+ * WeftHttpServer:
+ *
+ * An HTTP/1.1 server on a #WeftListener: each connection runs on a
+ * #WeftContext of its own, requests are routed to handlers by method and
+ * path pattern, and answers go out in request order (pipelining). Set it
+ * up (sockets, handlers, limits) before weft_http_server_start().
+ * Reference-counted.
+ */
 typedef struct _WeftHttpServer WeftHttpServer;
+
+/**
+ * WeftHttpRequest:
+ *
+ * One request received by a #WeftHttpServer, handed to a
+ * #WeftHttpHandler: its method, target, headers and body, and the means to
+ * answer it (whole, from a file, or streamed). Its getters and the
+ * weft_http_request_respond() functions work from any thread; see each
+ * function for the others. Reference-counted; every request must be
+ * answered.
+ */
 typedef struct _WeftHttpRequest WeftHttpRequest;
 
 /**

@@ -362,6 +362,9 @@ weft_connection_new (WeftContext *ctx, gint fd, GError **error)
  * weft_connection_ref:
  * @self: a connection
  *
+ * Takes a reference on @self; drop it with weft_connection_unref(). A
+ * reference keeps the object alive, not the connection open. Any thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftConnection *
@@ -410,6 +413,11 @@ weft_connection_unref (WeftConnection *self)
  * weft_connection_get_context:
  * @self: a connection
  *
+ * Gets the context that runs @self's callbacks and on which its functions
+ * must be called, for example to post work to it from another thread.
+ * The connection holds a reference on it for as long as it exists. Any
+ * thread.
+ *
  * Returns: (transfer none): the context that owns @self
  */
 WeftContext *
@@ -422,6 +430,9 @@ weft_connection_get_context (WeftConnection *self)
 /**
  * weft_connection_get_fd:
  * @self: a connection
+ *
+ * Gets the socket's file descriptor, which stays owned by the connection
+ * (do not close it). Call it on the connection's context.
  *
  * Returns: the socket, or -1 once closed. Do not read or write it directly
  *   (the connection buffers), but setting socket options is fine.
@@ -703,6 +714,13 @@ weft_connection_stop_reading (WeftConnection *self)
  * weft_connection_set_max_read_buffer:
  * @self: a connection
  * @max_bytes: the most unconsumed bytes kept (at least 1; default 1 MiB)
+ *
+ * Bounds the bytes the connection keeps for its reader: more unconsumed
+ * input than this fails the connection with
+ * %G_IO_ERROR_MESSAGE_TOO_LARGE, and the bound also caps
+ * weft_connection_read_exactly() and weft_connection_read_until(). A
+ * weft_connection_read_until() already installed keeps the length limit
+ * it started with. Call it on the connection's context.
  */
 void
 weft_connection_set_max_read_buffer (WeftConnection *self, gsize max_bytes)
@@ -1149,6 +1167,9 @@ weft_connection_send_file (WeftConnection *self, gint fd, guint64 offset, guint6
  * weft_connection_get_write_queued:
  * @self: a connection
  *
+ * Gets the size of the write queue: bytes written, GBytes and file parts
+ * not yet handed to the kernel. Call it on the connection's context.
+ *
  * Returns: bytes queued and not yet taken by the kernel
  */
 gsize
@@ -1165,6 +1186,10 @@ weft_connection_get_write_queued (WeftConnection *self)
  *   is %TRUE and the connection stops reading (default 1 MiB)
  * @low: once the queue falls to this, %WEFT_CONNECTION_EVENT_DRAINED is
  *   emitted and reading resumes (default 256 KiB; at most @high)
+ *
+ * Sets the write queue's water marks, the connection's backpressure. If
+ * the queue is already above the new @high, the connection is blocked at
+ * once. Call it on the connection's context.
  */
 void
 weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize low)
@@ -1180,6 +1205,11 @@ weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize lo
 /**
  * weft_connection_is_write_blocked:
  * @self: a connection
+ *
+ * Tells a producer to stop writing for now: the write queue went above the
+ * high water mark (see weft_connection_set_write_watermarks()) and has not
+ * yet fallen to the low one. Writes still succeed while blocked. Call it
+ * on the connection's context.
  *
  * Returns: %TRUE between crossing the high water mark and the
  *   %WEFT_CONNECTION_EVENT_DRAINED event
@@ -1813,6 +1843,10 @@ weft_connection_shutdown_write (WeftConnection *self)
  * weft_connection_is_closed:
  * @self: a connection
  *
+ * Tells whether the socket is closed. A connection closing gracefully
+ * (weft_connection_close() still sending its queue) is not closed yet.
+ * Call it on the connection's context.
+ *
  * Returns: %TRUE once the socket is closed
  */
 gboolean
@@ -1905,6 +1939,12 @@ write_check (gpointer data)
  * @timeout_ms: fail with %G_IO_ERROR_TIMED_OUT (and close abortively) when
  *   output is queued and the peer took none of it for this long; 0 turns
  *   it off (the default; a graceful close still gives up after 30 s)
+ *
+ * Sets the write timeout, replacing any earlier one; does nothing on a
+ * closed connection. Progress is checked every @timeout_ms / 2 and the
+ * connection fails after three checks in a row saw none, so a stalled
+ * peer is caught 1.5 to 2 times @timeout_ms after it last took output.
+ * Call it on the connection's context.
  */
 void
 weft_connection_set_write_timeout (WeftConnection *self, guint timeout_ms)
@@ -1939,6 +1979,9 @@ address_of (int fd, gboolean peer)
  * weft_connection_get_peer_address:
  * @self: a connection
  *
+ * Asks the kernel for the address of the other end (getpeername()); the
+ * caller owns the new object. Call it on the connection's context.
+ *
  * Returns: (transfer full) (nullable): the peer's address, or %NULL once
  *   closed or if the kernel no longer knows it
  */
@@ -1952,6 +1995,9 @@ weft_connection_get_peer_address (WeftConnection *self)
 /**
  * weft_connection_get_local_address:
  * @self: a connection
+ *
+ * Asks the kernel for this end's address (getsockname()); the caller owns
+ * the new object. Call it on the connection's context.
  *
  * Returns: (transfer full) (nullable): the local address, or %NULL once
  *   closed
@@ -2138,6 +2184,11 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
  * weft_connection_is_tls:
  * @self: a connection
  *
+ * Tells whether weft_connection_start_tls() was called on @self (directly,
+ * by a listener with TLS, or by weft_connection_connect_async() with a
+ * configuration). It stays %TRUE while the handshake runs and after it
+ * failed. Call it on the connection's context.
+ *
  * Returns: %TRUE if TLS was started on @self
  */
 gboolean
@@ -2150,6 +2201,10 @@ weft_connection_is_tls (WeftConnection *self)
 /**
  * weft_connection_get_alpn_protocol:
  * @self: a connection
+ *
+ * Gets the application protocol the TLS handshake agreed on (see
+ * weft_tls_config_set_alpn_protocols()). The string belongs to the
+ * connection. Call it on the connection's context.
  *
  * Returns: (nullable): the protocol ALPN chose (such as "http/1.1"), or
  *   %NULL (no TLS, handshake not finished, or no protocol agreed)
@@ -2164,6 +2219,9 @@ weft_connection_get_alpn_protocol (WeftConnection *self)
 /**
  * weft_connection_get_server_name:
  * @self: a connection
+ *
+ * Gets the TLS server name (SNI) of the connection. The string belongs to
+ * the connection: copy it to keep it. Call it on the connection's context.
  *
  * Returns: (nullable): on a TLS server connection the name the client asked
  *   for (SNI); on a client connection the name given to

@@ -18,7 +18,26 @@ G_BEGIN_DECLS
 #define WEFT_TYPE_CONNECTION (weft_connection_get_type ())
 #define WEFT_TYPE_CONNECTION_EVENT (weft_connection_event_get_type ())
 
+/**
+ * WeftConnection:
+ *
+ * A connected stream socket (TCP or Unix) owned by a #WeftContext, whose
+ * callbacks it runs: buffered reads (raw, exact-length or up to a
+ * delimiter), a write queue with high and low water marks, idle and write
+ * timeouts, and optional TLS. Reference-counted; unless documented
+ * otherwise, call its functions on the owning context (from its callbacks,
+ * or before the context is dispatched).
+ */
 typedef struct _WeftConnection WeftConnection;
+
+/**
+ * WeftTlsConfig:
+ *
+ * TLS settings (OpenSSL 3), for servers (weft_tls_config_new_server()) or
+ * clients (weft_tls_config_new_client()). Set it up on one thread, then
+ * share it read-only among any number of connections on any threads.
+ * Reference-counted.
+ */
 typedef struct _WeftTlsConfig WeftTlsConfig;
 
 /**

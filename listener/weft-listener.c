@@ -120,6 +120,9 @@ weft_listener_new (WeftEngine *engine, WeftListenerFunc func, gpointer user_data
  * weft_listener_ref:
  * @self: a listener
  *
+ * Takes a reference on @self; drop it with weft_listener_unref(). Any
+ * thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftListener *
@@ -218,6 +221,11 @@ weft_listener_unref (WeftListener *self)
  * @reuse_port: set SO_REUSEPORT on sockets added from now on, so that
  *   several processes (or listeners) can share a port and the kernel
  *   spreads connections among them
+ *
+ * Chooses whether TCP sockets created by later weft_listener_add_tcp()
+ * and weft_listener_add_address() calls set SO_REUSEPORT (default
+ * %FALSE); sockets already added, Unix sockets and adopted ones are not
+ * affected. Any thread.
  */
 void
 weft_listener_set_reuse_port (WeftListener *self, gboolean reuse_port)
@@ -233,6 +241,10 @@ weft_listener_set_reuse_port (WeftListener *self, gboolean reuse_port)
  * @self: a listener
  * @backlog: the listen() backlog for sockets added from now on (default
  *   4096; the kernel caps it at net.core.somaxconn)
+ *
+ * Sets the backlog of the listening sockets added after this call. Call it
+ * before weft_listener_add_tcp() and friends; adopted sockets
+ * (weft_listener_add_fd()) keep their own. Any thread.
  */
 void
 weft_listener_set_backlog (WeftListener *self, gint backlog)
@@ -250,6 +262,11 @@ weft_listener_set_backlog (WeftListener *self, gint backlog)
  * @max_connections: stop accepting while this many connections are live,
  *   resume below (0, the default: no limit). Waiting clients stay in the
  *   kernel's accept queue.
+ *
+ * Bounds the live connections (those accepted and not yet closed, TLS
+ * handshakes included). Set it before weft_listener_start(): a change
+ * while accepting is paused at the old limit does not resume accepting by
+ * itself. Any thread.
  */
 void
 weft_listener_set_max_connections (WeftListener *self, guint max_connections)
@@ -266,6 +283,11 @@ weft_listener_set_max_connections (WeftListener *self, guint max_connections)
  * @tls: (nullable): a server configuration: every accepted connection
  *   does the TLS handshake before the listener's callback sees it, and a
  *   failed handshake just closes that connection
+ *
+ * Sets, replaces or (with %NULL) removes the TLS configuration the
+ * listener takes a reference on. Only before weft_listener_start(); a
+ * started listener logs a critical warning and keeps its configuration.
+ * Failed handshakes are counted by weft_listener_get_n_tls_failed().
  */
 void
 weft_listener_set_tls (WeftListener *self, WeftTlsConfig *tls)
@@ -770,6 +792,10 @@ weft_listener_add_address (WeftListener *self, const gchar *address, GError **er
  *   abstract namespace.
  * @error: return location for a #GError
  *
+ * Binds and listens on a Unix stream socket at once; accepting starts with
+ * weft_listener_start(). The socket file is removed when the listener
+ * closes its sockets. Any thread.
+ *
  * Returns: %TRUE on success; %FALSE with @error set
  */
 gboolean
@@ -825,6 +851,11 @@ weft_listener_add_unix (WeftListener *self, const gchar *path, GError **error)
  *   process or a service manager); the listener takes it over and closes
  *   it when done
  * @error: return location for a #GError
+ *
+ * Adopts a listening socket, made non-blocking and close-on-exec; its
+ * backlog and options stay as they are. Accepting on it starts with
+ * weft_listener_start(), or at once if the listener is started. Any
+ * thread.
  *
  * Returns: %TRUE on success; %FALSE with @error set if @fd is not a
  *   listening stream socket (then @fd is left alone)
@@ -905,6 +936,10 @@ weft_listener_add_systemd (WeftListener *self, GError **error)
  * weft_listener_get_n_sockets:
  * @self: a listener
  *
+ * Counts the sockets added so far; a name with several addresses adds
+ * several. Sockets closed by a shutdown still count. Valid indexes for
+ * weft_listener_get_port() are below this number. Any thread.
+ *
  * Returns: how many listening sockets were added
  */
 guint
@@ -921,6 +956,9 @@ weft_listener_get_n_sockets (WeftListener *self)
  * weft_listener_get_port:
  * @self: a listener
  * @index: which socket, in the order they were added
+ *
+ * Asks the kernel which port a socket is bound to, typically to learn the
+ * port chosen for port 0. Any thread.
  *
  * Returns: the TCP port socket @index is bound to (the chosen one after
  *   port 0), or 0 for a Unix socket, a closed one or a bad index
@@ -1117,6 +1155,9 @@ weft_listener_shutdown (WeftListener *self, guint timeout_ms, WeftListenerDoneFu
  * weft_listener_get_n_connections:
  * @self: a listener
  *
+ * Counts the live connections, the number weft_listener_set_max_connections()
+ * bounds; a connection still in its TLS handshake counts. Any thread.
+ *
  * Returns: connections accepted and not yet closed
  */
 guint
@@ -1129,6 +1170,9 @@ weft_listener_get_n_connections (WeftListener *self)
 /**
  * weft_listener_get_n_accepted:
  * @self: a listener
+ *
+ * Counts every connection accepted and handed to a new context, whether it
+ * is still open or not (TLS handshakes that failed included). Any thread.
  *
  * Returns: connections accepted since the listener was created
  */

@@ -17,6 +17,16 @@ G_BEGIN_DECLS
 
 #define WEFT_TYPE_LISTENER (weft_listener_get_type ())
 
+/**
+ * WeftListener:
+ *
+ * Listening sockets (TCP, Unix, or adopted from a parent or a service
+ * manager) that accept on a context of their own and give every accepted
+ * #WeftConnection a new #WeftContext, so connections spread over the
+ * engine's workers. Optionally does the TLS handshake before handing a
+ * connection over. Reference-counted; its functions may be called from
+ * any thread.
+ */
 typedef struct _WeftListener WeftListener;
 
 /**

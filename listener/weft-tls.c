@@ -257,6 +257,10 @@ weft_tls_config_new_client (GError **error)
  * weft_tls_config_ref:
  * @self: a configuration
  *
+ * Takes a reference on @self; drop it with weft_tls_config_unref().
+ * Listeners and connections using the configuration take their own. Any
+ * thread.
+ *
  * Returns: (transfer full): @self
  */
 WeftTlsConfig *
@@ -634,6 +638,10 @@ weft_tls_config_set_handshake_timeout (WeftTlsConfig *self, guint timeout_ms)
 /**
  * weft_tls_config_get_handshake_timeout:
  * @self: a configuration
+ *
+ * Gets the longest a handshake with this configuration may take, as set
+ * with weft_tls_config_set_handshake_timeout() (default 10 s); a
+ * handshake still running then fails and its connection is closed.
  *
  * Returns: the handshake timeout in milliseconds, 0 for none
  */
