@@ -488,9 +488,9 @@ main_prepare (GSource *source, gint *timeout)
 static gboolean
 main_check (GSource *source)
 {
+  WeftMainQueue *q = main_source_queue (source); /* first: orders the reads below */
   MainSource *ms = (MainSource *) source;
-  return g_source_query_unix_fd (source, ms->tag) != 0 ||
-         weft__mpsc_nonempty (&main_source_queue (source)->queue);
+  return g_source_query_unix_fd (source, ms->tag) != 0 || weft__mpsc_nonempty (&q->queue);
 }
 
 static gboolean
