@@ -65,12 +65,17 @@ struct _WeftGMainBridge {
   gboolean dispatching;        /* HOLDS: lock; the loop body runs on some thread */
 };
 
+/* GLib locks a GMainContext with a futex that ThreadSanitizer cannot see,
+ * so whatever GLib allocates on one thread and frees on another (poll
+ * records, the source itself) looks racy unless Weft's own atomics order
+ * the two. Hence: the pointer to Weft's side is published (release) only
+ * after g_source_attach() returned, and the callbacks treat a source that
+ * is not published yet as not ready; and a running engine's source is
+ * destroyed by the thread iterating the GMainContext (see
+ * weft__gmain_bridge_stop()). The same holds for MainSource. */
 typedef struct {
   GSource base;
-  /* Written before the source is attached, read by its callbacks on the
-   * GMainContext's thread: an atomic so that ThreadSanitizer sees the
-   * hand-over that GLib's (uninstrumented) lock makes. */
-  WeftEngine *_Atomic engine;  /* (owned) internal reference */
+  WeftEngine *_Atomic engine;  /* (owned) internal reference; NULL until attached */
   gpointer tag;                /* the epoll fd's poll record */
 } BridgeSource;
 
@@ -92,6 +97,11 @@ bridge_prepare (GSource *source, gint *timeout)
   WeftEngine *e = bridge_engine (source);
 
   *timeout = -1;
+  if (G_UNLIKELY (e == NULL))
+    {
+      *timeout = 0; /* being attached: look again */
+      return FALSE;
+    }
   if (!weft__worker_prepare_sleep (&e->workers[0]))
     {
       *timeout = 0;
@@ -120,6 +130,8 @@ bridge_check (GSource *source)
   BridgeSource *bs = (BridgeSource *) source;
   WeftEngine *e = bridge_engine (source);
 
+  if (G_UNLIKELY (e == NULL))
+    return FALSE;
   if (g_source_query_unix_fd (source, bs->tag) != 0 || runq_nonempty (e))
     return TRUE;
   return weft__timers_next_wake (e) <= weft__now_ns ();
@@ -132,13 +144,24 @@ bridge_dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
   WeftGMainBridge *b = e->bridge;
   WeftWorker *w = &e->workers[0];
 
+  weft__mutex_lock (&b->lock);
   /* GLib may dispatch a source once more after another thread destroyed
    * it: a stopped engine (or one restarted with a new source) is left
    * alone. */
-  weft__mutex_lock (&b->lock);
   if (b->source != source)
     {
       weft__mutex_unlock (&b->lock);
+      return G_SOURCE_REMOVE;
+    }
+  /* A stop is waiting for this thread to remove the source (its stop_fd
+   * made the epoll fd readable): hand the bridge's reference back and let
+   * GLib destroy the source here. */
+  if (atomic_load (&e->stopping))
+    {
+      b->source = NULL;
+      weft__cond_broadcast (&b->cond);
+      weft__mutex_unlock (&b->lock);
+      g_source_unref (source); /* GLib holds one across the dispatch */
       return G_SOURCE_REMOVE;
     }
   b->dispatching = TRUE;
@@ -189,32 +212,55 @@ weft__gmain_bridge_start (WeftEngine *self, GError **error)
 
   g_source_set_static_name (source, "WeftEngine");
   bs->tag = g_source_add_unix_fd (source, self->pfd, G_IO_IN);
-  atomic_store_explicit (&bs->engine, weft__engine_internal_ref (self), memory_order_release);
+  WeftEngine *ref = weft__engine_internal_ref (self);
   weft__mutex_lock (&b->lock);
   g_assert (b->source == NULL);
   b->source = source;
   weft__mutex_unlock (&b->lock);
   g_source_attach (source, b->main_context);
+  atomic_store_explicit (&bs->engine, ref, memory_order_release);
   return TRUE;
 }
+
+/* How long a stop waits for the thread iterating the GMainContext to
+ * remove the source before it destroys the source itself. Only a thread
+ * that holds the GMainContext without iterating it (blocked in a callback)
+ * makes it wait that long. */
+#define STOP_PATIENCE_US (1 * G_USEC_PER_SEC)
 
 void
 weft__gmain_bridge_stop (WeftEngine *self)
 {
   WeftGMainBridge *b = self->bridge;
+  gint64 give_up = g_get_monotonic_time () + STOP_PATIENCE_US;
 
+  /* 'stopping' is set and the stop eventfd written: the epoll fd is
+   * readable, so the iterating thread dispatches the source, which then
+   * removes itself (GLib's structures stay with that thread). If nobody
+   * iterates (or this thread is the one that does, inside another source's
+   * callback), acquiring the GMainContext succeeds and the source is
+   * destroyed here. */
   weft__mutex_lock (&b->lock);
-  GSource *source = b->source;
-  b->source = NULL;
-  weft__mutex_unlock (&b->lock);
-  if (source != NULL)
+  while (b->source != NULL)
     {
-      g_source_destroy (source);
-      g_source_unref (source);
+      gboolean acquired = g_main_context_acquire (b->main_context);
+      if (acquired || g_get_monotonic_time () >= give_up)
+        {
+          GSource *source = b->source;
+          b->source = NULL;
+          weft__mutex_unlock (&b->lock);
+          g_source_destroy (source);
+          g_source_unref (source);
+          if (acquired)
+            g_main_context_release (b->main_context);
+          weft__mutex_lock (&b->lock);
+          break;
+        }
+      weft__cond_wait_until (&b->cond, &b->lock,
+                             MIN (give_up, g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND));
     }
   /* A dispatch that started before the destroy finishes its callback and
    * sees 'stopping'. */
-  weft__mutex_lock (&b->lock);
   while (b->dispatching)
     pthread_cond_wait (&b->cond, &b->lock);
   weft__mutex_unlock (&b->lock);
@@ -352,7 +398,7 @@ struct _WeftMainQueue {
 
 typedef struct {
   GSource base;
-  WeftMainQueue *_Atomic queue; /* (owned) see BridgeSource.engine */
+  WeftMainQueue *_Atomic queue; /* (owned) NULL until attached; see BridgeSource */
   gpointer tag;                 /* the eventfd's poll record */
 } MainSource;
 
@@ -476,6 +522,11 @@ main_prepare (GSource *source, gint *timeout)
   WeftMainQueue *q = main_source_queue (source);
 
   *timeout = -1;
+  if (G_UNLIKELY (q == NULL))
+    {
+      *timeout = 0; /* being attached: look again */
+      return FALSE;
+    }
   atomic_store (&q->awake, 0);
   if (weft__mpsc_nonempty (&q->queue))
     {
@@ -490,6 +541,8 @@ main_check (GSource *source)
 {
   WeftMainQueue *q = main_source_queue (source); /* first: orders the reads below */
   MainSource *ms = (MainSource *) source;
+  if (G_UNLIKELY (q == NULL))
+    return FALSE;
   return g_source_query_unix_fd (source, ms->tag) != 0 || weft__mpsc_nonempty (&q->queue);
 }
 
@@ -585,8 +638,8 @@ queue_new_unlocked (GMainContext *main_context)
   MainSource *ms = (MainSource *) source;
   g_source_set_static_name (source, "WeftMainQueue");
   ms->tag = g_source_add_unix_fd (source, fd, G_IO_IN);
-  atomic_store_explicit (&ms->queue, q, memory_order_release);
   g_source_attach (source, main_context);
+  atomic_store_explicit (&ms->queue, q, memory_order_release); /* see BridgeSource */
   g_source_unref (source); /* the GMainContext keeps it until it is finalized */
   return q;
 }
