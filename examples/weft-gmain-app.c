@@ -68,7 +68,6 @@ typedef struct {
   App *app;
   WeftHttpRequest *req;
   gchar *text;
-  gchar *digest;
 } Digest;
 
 static void
@@ -77,27 +76,42 @@ digest_free (gpointer data)
   Digest *d = data;
   weft_http_request_unref (d->req);
   g_free (d->text);
-  g_free (d->digest);
   g_free (d);
+}
+
+typedef struct {
+  App *app;
+  gchar *digest;
+} DigestResult;
+
+static void
+digest_result_free (gpointer data)
+{
+  DigestResult *r = data;
+  g_free (r->digest);
+  g_free (r);
 }
 
 static void
 digest_apply (gpointer data) /* main thread */
 {
-  Digest *d = data;
-  g_free (d->app->last_digest);
-  d->app->last_digest = g_strdup (d->digest);
+  DigestResult *r = data;
+  g_free (r->app->last_digest);
+  r->app->last_digest = g_steal_pointer (&r->digest);
 }
 
 static void
 digest_compute (gpointer data) /* a worker of app->workers */
 {
   Digest *d = data;
-  d->digest = g_compute_checksum_for_string (G_CHECKSUM_SHA256, d->text, -1);
-  weft_http_request_respond (d->req, 200, "text/plain", (const guint8 *) d->digest,
-                             strlen (d->digest));
-  /* Hands @d over: digest_apply runs on the main thread, then digest_free. */
-  weft_main_context_post (NULL, digest_apply, d, digest_free);
+  DigestResult *r = g_new0 (DigestResult, 1);
+  r->app = d->app;
+  r->digest = g_compute_checksum_for_string (G_CHECKSUM_SHA256, d->text, -1);
+  weft_http_request_respond (d->req, 200, "text/plain", (const guint8 *) r->digest,
+                             strlen (r->digest));
+  /* digest_apply runs on the main thread, then digest_result_free; if
+   * the main loop has ended, the next iteration runs them. */
+  weft_main_context_post (NULL, digest_apply, r, digest_result_free);
 }
 
 static void
@@ -109,6 +123,7 @@ get_digest (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
   d->app = app;
   d->req = weft_http_request_ref (req);
   d->text = g_strdup (app->note);
+  /* digest_free runs after digest_compute, or if the job is dropped. */
   weft_engine_post (app->workers, digest_compute, d, digest_free);
 }
 
