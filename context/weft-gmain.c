@@ -499,9 +499,13 @@ queue_push (WeftMainQueue *q, WeftNode *n)
    * one of the two sees the other's node. */
   if (G_UNLIKELY (atomic_load (&q->dead)))
     {
+      /* Dropping a context may free it, and with it the last reference
+       * on @q: hold one across. */
+      g_atomic_int_inc (&q->refs);
       pthread_mutex_lock (&q->consumer_lock);
       drop_all_unlocked (q);
       pthread_mutex_unlock (&q->consumer_lock);
+      queue_unref (q);
       return;
     }
   /* Pairs with main_prepare(): it clears awake and then looks at the queue;

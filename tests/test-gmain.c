@@ -251,6 +251,7 @@ tick_timeout (gpointer data)
 
 typedef struct {
   WeftEngine *engine;
+  GMainContext *mc;
   Tick *tick;
   atomic_int stopped;
 } Stopper;
@@ -262,6 +263,9 @@ stopper_thread (gpointer data)
   WT_WAIT_UNTIL (atomic_load (&s->tick->ran) >= 5);
   weft_engine_stop (s->engine);
   atomic_store (&s->stopped, 1);
+  /* The engine's source is gone: nothing else would end the test thread's
+   * blocking iteration. */
+  g_main_context_wakeup (s->mc);
   return NULL;
 }
 
@@ -279,7 +283,7 @@ test_engine_stop_start (void)
   weft_context_add_timeout (ctx, 1, tick_timeout, &t, NULL);
   weft_context_dispatch (ctx);
 
-  Stopper s = { engine, &t, 0 };
+  Stopper s = { engine, mc, &t, 0 };
   GThread *th = g_thread_new ("stopper", stopper_thread, &s);
   GM_ITERATE_UNTIL (mc, atomic_load (&s.stopped));
   g_thread_join (th);
@@ -874,6 +878,21 @@ test_engine_shutdown_runs_queued (void)
 
 /* ---- /gmain/context-outlives-main-context ----------------------------------------- */
 
+static atomic_int unref_notified, unref_job_ran;
+
+static void
+unref_job (gpointer data)
+{
+  atomic_fetch_add (&unref_job_ran, 1);
+}
+
+static void
+unref_context (gpointer data)
+{
+  atomic_fetch_add (&unref_notified, 1);
+  weft_context_unref (data);
+}
+
 static void
 test_context_outlives_main_context (void)
 {
@@ -896,7 +915,14 @@ test_context_outlives_main_context (void)
   assert_dropped (&later, QUEUED);
   g_assert_cmpint (atomic_load (&timeout.ran), ==, 0);
 
-  weft_context_unref (ctx);
+  /* The last reference goes with a job that is dropped at once: the
+   * context, and with it the last reference on the GMainContext's queue,
+   * are freed while that queue is being drained. */
+  atomic_store (&unref_notified, 0);
+  atomic_store (&unref_job_ran, 0);
+  g_assert_true (weft_context_post (ctx, unref_job, ctx, unref_context));
+  g_assert_cmpint (atomic_load (&unref_notified), ==, 1);
+  g_assert_cmpint (atomic_load (&unref_job_ran), ==, 0);
   assert_dropped (&timeout, 1);
   weft_engine_unref (engine);
 }
