@@ -93,6 +93,10 @@ typedef struct {
 
 /* ---- the context ------------------------------------------------------ */
 
+/* The queue of jobs and bound contexts that a GMainContext runs
+ * (weft-gmain.c). */
+typedef struct _WeftMainQueue WeftMainQueue;
+
 /* The state word. SCHEDULED is the consumer right over both inboxes: its
  * holder alone pops them. It is held by the creator until dispatch, then by
  * whoever pushed the context on the run queue, until the runner finds both
@@ -117,6 +121,11 @@ struct _WeftContext {
                                 * timers_node, +1 per internal push */
   _Atomic guint state;
   WeftEngine *engine;          /* (owned) internal reference */
+  /* Bound to a GMainContext (weft_context_new_for_main_context()): when
+   * claimed, the context goes to this queue instead of the engine's run
+   * queue, and runs on the thread that iterates the GMainContext. Set
+   * before dispatch, then read-only. */
+  WeftMainQueue *main_queue;   /* (owned) (nullable) */
   gint ref_count;              /* (atomic) public references */
   guint max_queued;            /* set before dispatch */
   /* No cache-line alignment: the padding inside WeftMpsc already keeps
@@ -167,6 +176,13 @@ void weft__context_enqueue (WeftContext *self);
 void weft__context_run (WeftContext *self);
 /* Drops everything queued on a claimed context without running it. */
 void weft__context_run_dropping (WeftContext *self);
+
+/* Bound contexts (weft-gmain.c). _push_context hands over a claimed
+ * context with the reference that goes with SCHEDULED; the GMainContext's
+ * thread runs it (or drops what it holds if the GMainContext was finalized
+ * or the engine is gone). */
+void weft__main_queue_push_context (WeftMainQueue *queue, WeftContext *ctx);
+void weft__main_queue_unref (WeftMainQueue *queue);
 
 /* Allocates the next id and records @source; HOLDS: lock. Returns 0 if the
  * context is closed. */

@@ -149,6 +149,8 @@ weft__context_internal_unref (WeftContext *self)
     self->reg_next->reg_prev = self->reg_prev;
   weft__mutex_unlock (&engine->ctx_lock);
   atomic_fetch_sub (&self->engine->n_contexts, 1);
+  if (self->main_queue != NULL)
+    weft__main_queue_unref (self->main_queue);
   weft__engine_internal_unref (self->engine);
   g_free (self);
 }
@@ -175,10 +177,22 @@ release (WeftContext *self)
   return TRUE;
 }
 
+/* Hands a claimed context (with the reference SCHEDULED holds) to whoever
+ * runs it: the engine's run queue, or for a bound context its
+ * GMainContext. */
+static inline void
+schedule (WeftContext *self, gboolean front)
+{
+  if (G_UNLIKELY (self->main_queue != NULL))
+    weft__main_queue_push_context (self->main_queue, self);
+  else
+    weft__engine_enqueue (self->engine, &self->run_node, front);
+}
+
 void
 weft__context_enqueue (WeftContext *self)
 {
-  weft__engine_enqueue (self->engine, &self->run_node, FALSE);
+  schedule (self, FALSE);
 }
 
 static inline void
@@ -195,11 +209,11 @@ push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local, gb
       /* Claimed: the reference goes with SCHEDULED. */
       if (!have_ref)
         weft__context_internal_ref (self);
-      if (local != NULL && *local == NULL &&
+      if (local != NULL && *local == NULL && self->main_queue == NULL &&
           !atomic_load_explicit (&self->engine->dead, memory_order_relaxed))
         *local = self;
       else
-        weft__engine_enqueue (self->engine, &self->run_node, front);
+        schedule (self, front);
       return;
     }
   if (have_ref)
@@ -287,7 +301,10 @@ weft__context_run (WeftContext *self)
                * No wake-up: this worker is awake and looks at the queue next,
                * and whatever else is queued already had its wake. */
               tls_current = prev;
-              weft__engine_requeue (self->engine, &self->run_node);
+              if (self->main_queue != NULL)
+                weft__main_queue_push_context (self->main_queue, self);
+              else
+                weft__engine_requeue (self->engine, &self->run_node);
               return;
             }
           continue;

@@ -131,6 +131,9 @@ gint64 weft__now_ns (void);
 /* ---- the engine ------------------------------------------------------- */
 
 typedef struct _WeftWorker WeftWorker;
+/* An engine driven by a GMainContext instead of worker threads
+ * (context/weft-gmain.c). */
+typedef struct _WeftGMainBridge WeftGMainBridge;
 
 /* Per-worker counters: written by their worker only (relaxed stores), summed
  * by weft_engine_get_stats(), so the hot path has no shared atomic add. */
@@ -199,8 +202,15 @@ struct _WeftEngine {
   WeftMutex signal_lock;
   int signal_fd;            /* HOLDS: signal_lock; -1 until the first subscriber */
   GPtrArray *signal_subs[65]; /* HOLDS: signal_lock; WeftSignalSource* per signum */
+
+  /* Set once, before the first start, by weft_engine_new_for_main_context():
+   * no worker threads; a GSource on a GMainContext runs the loop body of
+   * workers[0] (n_workers is 1). NULL for ordinary engines. */
+  WeftGMainBridge *bridge;  /* (owned) (nullable) */
 };
 
+/* weft_engine_new() without the start: epoll, eventfds, timerfd. */
+WeftEngine *weft__engine_new_unstarted (guint n_workers, GError **error);
 WeftEngine *weft__engine_internal_ref (WeftEngine *self);
 void weft__engine_internal_unref (WeftEngine *self);
 
@@ -220,6 +230,24 @@ void weft__engine_destroy_contexts (WeftEngine *self); /* weft-context.c */
 /* The worker this thread is, or NULL. */
 WeftWorker *weft__worker_current (void);
 gpointer weft__worker_main (gpointer data);
+/* Makes this thread act as @w (weft_engine_is_worker_thread() answers TRUE
+ * for w->engine) until weft__worker_leave() with the returned previous
+ * value; @w may be NULL. For threads that run the loop body without being
+ * a worker thread: the GMainContext bridge. */
+WeftWorker *weft__worker_enter (WeftWorker *w);
+void weft__worker_leave (WeftWorker *previous);
+/* One turn of the worker loop: runs one runnable, or polls once and runs
+ * what the poll made runnable. With @may_block, an empty run queue makes it
+ * sleep in the poller (announced through n_sleeping); without, it never
+ * blocks. Returns FALSE when there was nothing to do: no runnable was
+ * popped and the poll returned no event. */
+gboolean weft__worker_turn (WeftWorker *w, gboolean may_block);
+/* For the one worker of an engine whose sleep happens in someone else's
+ * poll (the GMainContext bridge): announces the sleep so that posters wake
+ * the poller, then looks at the run queue once more. Returns FALSE, with
+ * the announce taken back, when something is queued already. */
+gboolean weft__worker_prepare_sleep (WeftWorker *w);
+void weft__worker_end_sleep (WeftWorker *w);
 /* Count a callback in this worker's stats (no-op off the workers). */
 void weft__worker_count_job (void);
 void weft__worker_count_timer (void);
@@ -227,6 +255,9 @@ void weft__worker_count_timer (void);
 void weft__timers_init (WeftEngine *self);
 void weft__timers_fini (WeftEngine *self);
 void weft__timers_expire (WeftEngine *self, WeftContext **local);
+/* When the timerfd is due to fire: the earliest deadline plus the slack,
+ * in ns of CLOCK_MONOTONIC; G_MAXINT64 when no timeout is pending. */
+gint64 weft__timers_next_wake (WeftEngine *self);
 /* Inserts or moves @ctx in the engine heap; HOLDS: the context's lock. */
 void weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline);
 void weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx);
@@ -234,5 +265,18 @@ void weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx);
 void weft__signals_init (WeftEngine *self);
 void weft__signals_fini (WeftEngine *self);
 void weft__signals_read (WeftEngine *self, WeftContext **local);
+
+/* The GMainContext bridge (context/weft-gmain.c), called by the engine's
+ * lifecycle functions when self->bridge is set. _start attaches a GSource
+ * instead of starting threads (HOLDS: self->lock). _stop destroys it and
+ * waits for a dispatch in progress on the GMainContext's thread to return.
+ * _drain runs the engine's queued work on this thread if it can acquire the
+ * GMainContext, until nothing is left or @deadline (monotonic us) passes:
+ * returns 1 drained, 0 deadline passed, -1 could not acquire (the caller
+ * then waits for the GMainContext's thread to drain it). */
+gboolean weft__gmain_bridge_start (WeftEngine *self, GError **error);
+void weft__gmain_bridge_stop (WeftEngine *self);
+int weft__gmain_bridge_drain (WeftEngine *self, gint64 deadline);
+void weft__gmain_bridge_free (WeftGMainBridge *bridge);
 
 G_END_DECLS

@@ -42,6 +42,18 @@ weft_engine_new (guint n_workers, GError **error)
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
   g_return_val_if_fail (n_workers <= 4096, NULL);
 
+  WeftEngine *self = weft__engine_new_unstarted (n_workers, error);
+  if (self != NULL && !weft_engine_start (self, error))
+    {
+      weft_engine_unref (self);
+      return NULL;
+    }
+  return self;
+}
+
+WeftEngine *
+weft__engine_new_unstarted (guint n_workers, GError **error)
+{
   WeftEngine *self = g_aligned_alloc0 (1, sizeof (WeftEngine), 64);
   self->ref_count = 1;
   self->internal_refs = 1;
@@ -79,11 +91,6 @@ weft_engine_new (guint n_workers, GError **error)
   if (what != NULL)
     {
       g_set_error (error, WEFT_ERROR, WEFT_ERROR_FAILED, "%s: %s", what, g_strerror (-r));
-      weft_engine_unref (self);
-      return NULL;
-    }
-  if (!weft_engine_start (self, error))
-    {
       weft_engine_unref (self);
       return NULL;
     }
@@ -133,6 +140,8 @@ weft__engine_internal_unref (WeftEngine *self)
   weft__mutex_clear (&self->lock);
   weft__mutex_clear (&self->ctx_lock);
   weft__cond_clear (&self->cond);
+  if (self->bridge != NULL)
+    weft__gmain_bridge_free (self->bridge);
   g_aligned_free (self->workers);
   g_aligned_free (self);
 }
@@ -238,10 +247,23 @@ weft_engine_start (WeftEngine *self, GError **error)
   if (self->workers == NULL)
     self->workers = g_aligned_alloc0 (self->n_workers, sizeof (WeftWorker), 64);
 
+  gboolean ok = TRUE;
+  if (self->bridge != NULL)
+    {
+      /* No threads: workers[0]'s loop body runs from a GSource. */
+      self->workers[0].engine = self;
+      self->workers[0].run_streak = 0;
+      ok = weft__gmain_bridge_start (self, error);
+      self->running = TRUE;
+      weft__mutex_unlock (&self->lock);
+      if (!ok)
+        weft_engine_stop (self);
+      return ok;
+    }
+
   sigset_t old;
   block_async_signals (&old); /* inherited by the new threads */
   guint started = 0;
-  gboolean ok = TRUE;
   for (guint i = 0; i < self->n_workers; i++)
     {
       WeftWorker *w = &self->workers[i];
@@ -340,9 +362,12 @@ weft_engine_stop (WeftEngine *self)
   weft__eventfd_signal (self->stop_fd);
   weft__mutex_unlock (&self->lock);
 
-  for (guint i = 0; i < self->n_workers; i++)
-    if (self->workers[i].thread != NULL)
-      g_thread_join (self->workers[i].thread);
+  if (self->bridge != NULL)
+    weft__gmain_bridge_stop (self);
+  else
+    for (guint i = 0; i < self->n_workers; i++)
+      if (self->workers[i].thread != NULL)
+        g_thread_join (self->workers[i].thread);
 
   drop_queued (self, TRUE);
 
@@ -397,11 +422,23 @@ weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
       return TRUE;
     }
   atomic_store (&self->refusing, 1);
-  /* Workers signal the condition as they go to sleep while refusing; the
-   * 10 ms bound covers a worker that slept before the flag was set. */
-  while (!(ok = drained (self)) && g_get_monotonic_time () < deadline)
-    weft__cond_wait_until (&self->cond, &self->lock,
-                       MIN (deadline, g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND));
+  int drained_here = -1;
+  if (self->bridge != NULL)
+    {
+      /* Nobody may be iterating the GMainContext (the usual case: the main
+       * loop has returned): then this thread runs the queued work. */
+      weft__mutex_unlock (&self->lock);
+      drained_here = weft__gmain_bridge_drain (self, deadline);
+      weft__mutex_lock (&self->lock);
+    }
+  if (drained_here >= 0)
+    ok = drained_here;
+  else
+    /* Workers signal the condition as they go to sleep while refusing; the
+     * 10 ms bound covers a worker that slept before the flag was set. */
+    while (!(ok = drained (self)) && g_get_monotonic_time () < deadline)
+      weft__cond_wait_until (&self->cond, &self->lock,
+                         MIN (deadline, g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND));
   weft__mutex_unlock (&self->lock);
 
   weft_engine_stop (self);
@@ -455,6 +492,11 @@ weft_engine_get_n_workers (WeftEngine *self)
  * example to avoid calls that must not be made from a worker of the same
  * engine (weft_engine_stop(), weft_engine_shutdown()). Safe from any
  * thread.
+ *
+ * For an engine from weft_engine_new_for_main_context(), the thread that
+ * dispatches its GMainContext counts as its worker while it runs the
+ * engine's callbacks; so does the thread running the callbacks of a
+ * context from weft_context_new_for_main_context() on @self.
  *
  * Returns: %TRUE if the calling thread is one of @self's workers.
  */

@@ -251,6 +251,16 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
   while (n == G_N_ELEMENTS (due));
 }
 
+gint64
+weft__timers_next_wake (WeftEngine *self)
+{
+  weft__mutex_lock (&self->timer_lock);
+  WeftHeapEntry *top = weft__heap_peek (&self->ctx_heap);
+  gint64 wake = top != NULL ? wake_time (self, top->deadline) : G_MAXINT64;
+  weft__mutex_unlock (&self->timer_lock);
+  return wake;
+}
+
 /**
  * weft_engine_set_timer_slack:
  * @self: an engine

@@ -1,6 +1,7 @@
 /* weft-worker.c: the loop every worker runs. Take a runnable from the run
  * queue; when there is none, poll; a readiness found by polling is run by
- * the worker that found it.
+ * the worker that found it. The loop body is also run, one turn at a time,
+ * by the GMainContext bridge (context/weft-gmain.c).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -132,69 +133,128 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
     }
 }
 
+WeftWorker *
+weft__worker_enter (WeftWorker *w)
+{
+  WeftWorker *previous = tls_worker;
+  tls_worker = w;
+  return previous;
+}
+
+void
+weft__worker_leave (WeftWorker *previous)
+{
+  tls_worker = previous;
+}
+
+/* The loop body, shared by the worker threads (weft__worker_main) and the
+ * GMainContext bridge (weft__worker_turn): inlined into the worker loop so
+ * that its hot path is what it was before the bridge existed. */
+static inline __attribute__ ((always_inline)) gboolean
+turn (WeftWorker *w, gboolean may_block)
+{
+  WeftEngine *e = w->engine;
+  WeftPollEvent ev[64];
+
+  if (w->run_streak < POLL_EVERY)
+    {
+      WeftNode *n = weft__engine_pop (e);
+      if (n != NULL)
+        {
+          w->run_streak++;
+          /* More queued and somebody asleep: hand them the rest. The
+           * sleeper count is read first: it changes rarely, while the
+           * queue heads change with every post. */
+          if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) > 0 &&
+              runq_nonempty (e))
+            weft__engine_wake (e);
+          run_node (w, n);
+          return TRUE;
+        }
+    }
+
+  int timeout = 0;
+  gboolean sleeping = FALSE;
+  if (w->run_streak >= POLL_EVERY)
+    w->run_streak = 0;
+  else if (may_block)
+    {
+      /* Announce the sleep, then look once more: a poster pushes and
+       * then reads n_sleeping, so one of the two sees the other. */
+      atomic_fetch_add (&e->n_sleeping, 1);
+      if (runq_nonempty (e) || atomic_load (&e->stopping))
+        {
+          atomic_fetch_sub (&e->n_sleeping, 1);
+          weft__cpu_relax ();
+          return TRUE;
+        }
+      if (atomic_load_explicit (&e->refusing, memory_order_relaxed))
+        {
+          weft__mutex_lock (&e->lock);
+          weft__cond_broadcast (&e->cond);
+          weft__mutex_unlock (&e->lock);
+        }
+      timeout = -1;
+      sleeping = TRUE;
+    }
+
+  int r = weft__poll_wait (e->pfd, ev, G_N_ELEMENTS (ev), timeout);
+  bump (&w->counters.polls);
+  if (sleeping)
+    atomic_fetch_sub (&e->n_sleeping, 1);
+  if (r < 0)
+    {
+      g_critical ("epoll_wait: %s", g_strerror (-r));
+      return TRUE;
+    }
+  handle_events (w, ev, r);
+  return r > 0;
+}
+
+gboolean
+weft__worker_turn (WeftWorker *w, gboolean may_block)
+{
+  return turn (w, may_block);
+}
+
+gboolean
+weft__worker_prepare_sleep (WeftWorker *w)
+{
+  WeftEngine *e = w->engine;
+
+  /* A store, not an increment: this is the engine's only worker, and its
+   * poller may prepare several times per sleep. The Dekker pairing is the
+   * one of turn(): we store, then look; a poster pushes, then looks. */
+  atomic_store (&e->n_sleeping, 1);
+  if (runq_nonempty (e))
+    {
+      atomic_store (&e->n_sleeping, 0);
+      return FALSE;
+    }
+  if (atomic_load_explicit (&e->refusing, memory_order_relaxed))
+    {
+      weft__mutex_lock (&e->lock);
+      weft__cond_broadcast (&e->cond);
+      weft__mutex_unlock (&e->lock);
+    }
+  return TRUE;
+}
+
+void
+weft__worker_end_sleep (WeftWorker *w)
+{
+  atomic_store (&w->engine->n_sleeping, 0);
+}
+
 gpointer
 weft__worker_main (gpointer data)
 {
   WeftWorker *w = data;
   WeftEngine *e = w->engine;
-  WeftPollEvent ev[64];
 
   tls_worker = w;
   while (!atomic_load_explicit (&e->stopping, memory_order_acquire))
-    {
-      if (w->run_streak < POLL_EVERY)
-        {
-          WeftNode *n = weft__engine_pop (e);
-          if (n != NULL)
-            {
-              w->run_streak++;
-              /* More queued and somebody asleep: hand them the rest. The
-               * sleeper count is read first: it changes rarely, while the
-               * queue heads change with every post. */
-              if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) > 0 &&
-                  runq_nonempty (e))
-                weft__engine_wake (e);
-              run_node (w, n);
-              continue;
-            }
-        }
-
-      int timeout = 0;
-      gboolean sleeping = FALSE;
-      if (w->run_streak >= POLL_EVERY)
-        w->run_streak = 0;
-      else
-        {
-          /* Announce the sleep, then look once more: a poster pushes and
-           * then reads n_sleeping, so one of the two sees the other. */
-          atomic_fetch_add (&e->n_sleeping, 1);
-          if (runq_nonempty (e) || atomic_load (&e->stopping))
-            {
-              atomic_fetch_sub (&e->n_sleeping, 1);
-              weft__cpu_relax ();
-              continue;
-            }
-          if (atomic_load_explicit (&e->refusing, memory_order_relaxed))
-            {
-              weft__mutex_lock (&e->lock);
-              weft__cond_broadcast (&e->cond);
-              weft__mutex_unlock (&e->lock);
-            }
-          timeout = -1;
-          sleeping = TRUE;
-        }
-
-      int r = weft__poll_wait (e->pfd, ev, G_N_ELEMENTS (ev), timeout);
-      bump (&w->counters.polls);
-      if (sleeping)
-        atomic_fetch_sub (&e->n_sleeping, 1);
-      if (r < 0)
-        {
-          g_critical ("epoll_wait: %s", g_strerror (-r));
-          continue;
-        }
-      handle_events (w, ev, r);
-    }
+    turn (w, TRUE);
   tls_worker = NULL;
   return NULL;
 }

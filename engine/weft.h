@@ -10,6 +10,7 @@
 #include "weft-context.h"
 #include "weft-join.h"
 #include "weft-coro.h"
+#include "weft-gmain.h"
 #include "weft-connection.h"
 #include "weft-connection-coro.h"
 #include "weft-tls.h"
