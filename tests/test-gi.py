@@ -3,7 +3,10 @@
 application uses it: an engine and contexts with Python jobs (their order),
 an HTTP server with Python handlers fetched with urllib (routes, {param}
 segments, query, a request body, a 404), a response streamed from a Python
-thread, and a clean shutdown.
+thread, the GLib main-context bridge (a server whose handlers run on the
+thread running a GLib.MainLoop, beside a GLib timeout sharing its state
+without a lock; worker contexts posting results to the main loop), and a
+clean shutdown.
 
 Run by meson with GI_TYPELIB_PATH and LD_LIBRARY_PATH pointing into the
 build tree; exits non-zero on the first failure.
@@ -177,6 +180,98 @@ class HttpTest(unittest.TestCase):
             t.join(DEADLINE)
         self.assertEqual(errors, [])
         self.assertGreaterEqual(self.server.get_n_requests(), 80)
+
+
+class BridgeTest(unittest.TestCase):
+    """The GLib main-context bridge: every callback on the thread running a
+    GLib.MainLoop, as a PyGObject or GTK application wants it."""
+
+    def test_http_server_on_main_loop(self):
+        main_ctx = GLib.MainContext.default()
+        engine = Weft.Engine.new_for_main_context(None)
+        server = Weft.HttpServer.new(engine)
+        loop = GLib.MainLoop.new(main_ctx, False)
+        main_thread = threading.get_ident()
+        state = {"ticks": 0, "handled_on": set()}
+
+        def hello(server, req, _):
+            state["handled_on"].add(threading.get_ident())
+            req.respond(200, "text/plain", f"ticks {state['ticks'] > 0}".encode())
+
+        def tick():
+            state["ticks"] += 1  # no lock: the handler runs on this thread too
+            return GLib.SOURCE_CONTINUE
+
+        server.add_handler("GET", "/", hello, None)
+        listener = server.get_listener()
+        self.assertTrue(listener.add_tcp("127.0.0.1", 0))
+        port = listener.get_port(0)
+        self.assertTrue(server.start())
+        tick_id = GLib.timeout_add(5, tick)
+        results = []
+
+        def client():
+            try:
+                for _ in range(20):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/",
+                                                timeout=DEADLINE) as r:
+                        results.append(r.read().decode())
+            except Exception as e:  # noqa: BLE001
+                results.append(e)
+            finally:
+                GLib.idle_add(loop.quit)
+
+        threading.Thread(target=client).start()
+        guard = GLib.timeout_add_seconds(int(DEADLINE), loop.quit)
+        loop.run()
+        GLib.source_remove(guard)
+        GLib.source_remove(tick_id)
+        self.assertEqual(len(results), 20, results)
+        self.assertTrue(all(r in ("ticks True", "ticks False") for r in results), results)
+        self.assertEqual(state["handled_on"], {main_thread})
+        done = []
+        server.shutdown(1000, lambda listener, drained, data: done.append(drained), None)
+        deadline = GLib.get_monotonic_time() + int(DEADLINE * 1e6)
+        while not done and GLib.get_monotonic_time() < deadline:
+            main_ctx.iteration(True)
+        self.assertEqual(done, [True])
+        server = None
+        self.assertTrue(engine.shutdown(2 * 1000 * 1000))
+
+    def test_post_to_main_context(self):
+        """Worker contexts post results to the main loop; each producer's
+        results arrive in order, on the main thread."""
+        main_ctx = GLib.MainContext.default()
+        engine = Weft.Engine.new(2)
+        loop = GLib.MainLoop.new(main_ctx, False)
+        main_thread = threading.get_ident()
+        got = {0: [], 1: []}
+        threads = set()
+        total = 2 * 300
+
+        def deliver(item):
+            k, i = item
+            threads.add(threading.get_ident())
+            got[k].append(i)
+            if len(got[0]) + len(got[1]) == total:
+                loop.quit()
+
+        ctxs = []
+        for k in range(2):
+            ctx = Weft.Context.new(engine)
+            for i in range(300):
+                ctx.post(lambda item: Weft.main_context_post(main_ctx, deliver, item), (k, i))
+            ctx.dispatch()
+            ctxs.append(ctx)
+        guard = GLib.timeout_add_seconds(int(DEADLINE), loop.quit)
+        loop.run()
+        GLib.source_remove(guard)
+        self.assertEqual(got[0], list(range(300)))
+        self.assertEqual(got[1], list(range(300)))
+        self.assertEqual(threads, {main_thread})
+        for ctx in ctxs:
+            ctx.destroy()
+        self.assertTrue(engine.shutdown(2 * 1000 * 1000))
 
 
 if __name__ == "__main__":
