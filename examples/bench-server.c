@@ -4,14 +4,17 @@
  *   POST /echo, PUT /echo  200 with exactly the request body
  *   anything else          404
  *
- * Usage: bench-server [--port N] [--workers N] [--host ADDR] [--coro]
+ * Usage: bench-server [--port N] [--workers N] [--host ADDR] [--coro] [--main-context]
  * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker.
+ * --main-context: no worker threads; the engine runs from a GMainLoop on
+ * the main thread (the GLib bridge, as a GTK application would run it).
  * Stops on SIGINT or SIGTERM.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include <weft.h>
 
+#include <glib-unix.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,11 +43,18 @@ not_found (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
   weft_http_request_respond (request, 404, "text/plain", (const guint8 *) body, sizeof body - 1);
 }
 
+static gboolean
+quit_loop (gpointer loop)
+{
+  g_main_loop_quit (loop);
+  return G_SOURCE_REMOVE;
+}
+
 int
 main (int argc, char **argv)
 {
   gint port = 8080, workers = 1;
-  gboolean coro = FALSE;
+  gboolean coro = FALSE, main_context = FALSE;
   gchar *host = NULL;
   GOptionEntry entries[] = {
     { "port", 'p', 0, G_OPTION_ARG_INT, &port, "Port (0: any free one)", "N" },
@@ -52,6 +62,8 @@ main (int argc, char **argv)
     { "host", 'H', 0, G_OPTION_ARG_STRING, &host, "Address to bind (127.0.0.1)", "ADDR" },
     { "coro", 0, 0, G_OPTION_ARG_NONE, &coro,
       "Run the handlers as coroutines (WEFT_HTTP_HANDLER_COROUTINE)", NULL },
+    { "main-context", 0, 0, G_OPTION_ARG_NONE, &main_context,
+      "No workers: run the engine from a GMainLoop on this thread", NULL },
     { NULL }
   };
   GError *error = NULL;
@@ -65,15 +77,18 @@ main (int argc, char **argv)
     }
   g_option_context_free (octx);
 
-  /* Block the stop signals before any thread starts, then wait for them. */
+  /* Block the stop signals before any thread starts, then wait for them
+   * (with a GMainLoop: GLib's signal sources). */
   sigset_t set;
   sigemptyset (&set);
   sigaddset (&set, SIGINT);
   sigaddset (&set, SIGTERM);
-  pthread_sigmask (SIG_BLOCK, &set, NULL);
+  if (!main_context)
+    pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
 
-  WeftEngine *engine = weft_engine_new ((guint) workers, &error);
+  WeftEngine *engine = main_context ? weft_engine_new_for_main_context (NULL, &error)
+                                    : weft_engine_new ((guint) workers, &error);
   if (engine == NULL)
     {
       g_printerr ("bench-server: %s\n", error->message);
@@ -98,8 +113,19 @@ main (int argc, char **argv)
           weft_listener_get_port (listener, 0));
   fflush (stdout);
 
-  int sig = 0;
-  sigwait (&set, &sig);
+  if (main_context)
+    {
+      GMainLoop *loop = g_main_loop_new (NULL, FALSE);
+      g_unix_signal_add (SIGINT, quit_loop, loop);
+      g_unix_signal_add (SIGTERM, quit_loop, loop);
+      g_main_loop_run (loop);
+      g_main_loop_unref (loop);
+    }
+  else
+    {
+      int sig = 0;
+      sigwait (&set, &sig);
+    }
   weft_http_server_unref (server);
   weft_engine_unref (engine);
   g_free (host);
