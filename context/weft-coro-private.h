@@ -76,3 +76,12 @@ void weft__coro_stack_put (WeftCoroStack *stack);
  * @size bytes; the size is always the same). */
 gpointer weft__coro_object_get (gsize size);
 void weft__coro_object_put (gpointer object);
+
+/* Like weft_coro_spawn(), but from a callback of @ctx (outside any
+ * coroutine) the body starts at once, on this worker, and runs until it
+ * first waits or ends, before this returns; elsewhere it is posted as
+ * weft_coro_spawn() does. For owners that know the caller's stack may be
+ * entered (the HTTP server's coroutine handlers): a public spawn never
+ * runs the body inline. */
+WeftCoro *weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
+                                 GDestroyNotify notify, gsize stack_size);

@@ -388,6 +388,39 @@ post_resume (WeftCoro *c)
   return weft_context_post (c->ctx, resume_job, r, resume_notify);
 }
 
+/* A new coroutine, not started (state NEW, out), or NULL (@notify run). */
+static WeftCoro *
+coro_new (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestroyNotify notify,
+          gsize stack_size)
+{
+  WeftCoroStack *stack = weft__coro_stack_get (stack_size != 0 ? stack_size
+                                                               : WEFT_CORO_DEFAULT_STACK);
+  if (stack == NULL)
+    {
+      g_warning ("weft_coro_spawn: cannot map a %" G_GSIZE_FORMAT "-byte stack",
+                 stack_size != 0 ? stack_size : (gsize) WEFT_CORO_DEFAULT_STACK);
+      if (notify != NULL)
+        notify (user_data);
+      return NULL;
+    }
+  WeftCoro *c = weft__coro_object_get (sizeof (WeftCoro));
+  memset (c, 0, sizeof *c);
+  c->ref_count = 2; /* the caller's, and the life reference */
+  c->ctx = weft_context_ref (ctx);
+  c->func = func;
+  c->data = user_data;
+  c->notify = notify;
+  c->stack = stack;
+  weft__coro_init_lock (&c->lock);
+  atomic_init (&c->state, ST_NEW);
+  atomic_init (&c->out, TRUE);
+  weft__coro_regs_init (&c->regs, stack->lo, stack->size, coro_main, c);
+#ifdef WEFT_CORO_TSAN
+  c->tsan_fiber = __tsan_create_fiber (0);
+#endif
+  return c;
+}
+
 /**
  * weft_coro_spawn:
  * @ctx: the context the coroutine runs in
@@ -415,37 +448,32 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
 {
   g_return_val_if_fail (ctx != NULL, NULL);
   g_return_val_if_fail (func != NULL, NULL);
-  WeftCoroStack *stack = weft__coro_stack_get (stack_size != 0 ? stack_size
-                                                               : WEFT_CORO_DEFAULT_STACK);
-  if (stack == NULL)
-    {
-      g_warning ("weft_coro_spawn: cannot map a %" G_GSIZE_FORMAT "-byte stack",
-                 stack_size != 0 ? stack_size : (gsize) WEFT_CORO_DEFAULT_STACK);
-      if (notify != NULL)
-        notify (user_data);
-      return NULL;
-    }
-  WeftCoro *c = weft__coro_object_get (sizeof (WeftCoro));
-  memset (c, 0, sizeof *c);
-  c->ref_count = 2; /* the caller's, and the life reference */
-  c->ctx = weft_context_ref (ctx);
-  c->func = func;
-  c->data = user_data;
-  c->notify = notify;
-  c->stack = stack;
-  weft__coro_init_lock (&c->lock);
-  atomic_init (&c->state, ST_NEW);
-  atomic_init (&c->out, TRUE);
-  weft__coro_regs_init (&c->regs, stack->lo, stack->size, coro_main, c);
-#ifdef WEFT_CORO_TSAN
-  c->tsan_fiber = __tsan_create_fiber (0);
-#endif
+  WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
+  if (c == NULL)
+    return NULL;
   if (!post_resume (c))
     {
       /* Closed: abandoned already (@notify has run). */
       weft_coro_unref (c);
       return NULL;
     }
+  return c;
+}
+
+WeftCoro *
+weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
+                       GDestroyNotify notify, gsize stack_size)
+{
+  if (weft_context_get_current () != ctx || weft__coro_current () != NULL)
+    return weft_coro_spawn (ctx, func, user_data, notify, stack_size);
+  WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
+  if (c == NULL)
+    return NULL;
+  /* What resume_job does, without the job: we are in a callback of ctx,
+   * so the body is serialised with the context's other callbacks. */
+  atomic_store (&c->out, FALSE);
+  atomic_store (&c->state, ST_RUNNING);
+  run (c);
   return c;
 }
 

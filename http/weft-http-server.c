@@ -19,6 +19,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-http-private.h"
+#include "weft-coro-private.h"
 #include "weft-engine.h"
 #include "weft-coro.h"
 
@@ -357,20 +358,33 @@ coro_handler (gpointer data)
   return NULL;
 }
 
+/* The handler's coroutine starts at once, here on the connection's
+ * context, and runs until it first waits: a handler that answers without
+ * waiting costs no job and answers as a callback handler does (in order,
+ * written when the fd callback returns). After a wait it resumes from a
+ * job, and its answer goes through a flush job. */
 static void
 spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
-  WeftCoro *c = weft_coro_spawn (hc->ctx, coro_handler, weft_http_request_ref (req),
-                                 (GDestroyNotify) weft_http_request_unref,
-                                 hc->server->coro_stack);
+  weft_http_request_ref (req); /* the coroutine may end, and answer, inside */
+  atomic_store (&req->handler_thread, g_thread_self ());
+  WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
+                                       (GDestroyNotify) weft_http_request_unref,
+                                       hc->server->coro_stack);
+  atomic_store (&req->handler_thread, NULL);
   if (c == NULL)
     {
       /* No stack, or the context is closing (the notify has run). */
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
-      return;
     }
-  weft_coro_unref (c);
+  else
+    {
+      weft_coro_unref (c);
+      if (req->stream_body && req->ready && !hc->closed)
+        weft_http_flush_ready (hc); /* what waited for the handler's first return */
+    }
+  weft_http_request_unref (req);
 }
 
 static void
