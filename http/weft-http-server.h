@@ -99,8 +99,9 @@ typedef enum {
  * @WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS: how long output may wait with the
  *   peer taking none of it (default 60 s; 0: none); then the connection
  *   is aborted
- * @WEFT_HTTP_LIMIT_MAX_CONNECTIONS: live connections (default: the
- *   listener's); accepting pauses at the limit
+ * @WEFT_HTTP_LIMIT_MAX_CONNECTIONS: live connections (default 16384);
+ *   accepting pauses at the limit. weft_http_server_start() sets it on the
+ *   server's listener, over any value set there directly
  * @WEFT_HTTP_LIMIT_MAX_PIPELINE: parsed, unanswered requests on one
  *   connection (default 32); reading pauses at the limit
  *

@@ -256,6 +256,9 @@ weft_listener_set_backlog (WeftListener *self, gint backlog)
   pthread_mutex_unlock (&self->lock);
 }
 
+static void resume_job (gpointer data);
+static void listener_unref_internal_notify (gpointer data);
+
 /**
  * weft_listener_set_max_connections:
  * @self: a listener
@@ -264,9 +267,9 @@ weft_listener_set_backlog (WeftListener *self, gint backlog)
  *   kernel's accept queue.
  *
  * Bounds the live connections (those accepted and not yet closed, TLS
- * handshakes included). Set it before weft_listener_start(): a change
- * while accepting is paused at the old limit does not resume accepting by
- * itself. Any thread.
+ * handshakes included). May be changed while the listener runs: raising
+ * (or removing) the limit while accepting is paused at the old one
+ * resumes accepting. Any thread.
  */
 void
 weft_listener_set_max_connections (WeftListener *self, guint max_connections)
@@ -274,7 +277,14 @@ weft_listener_set_max_connections (WeftListener *self, guint max_connections)
   g_return_if_fail (self != NULL);
   pthread_mutex_lock (&self->lock);
   self->max_connections = max_connections;
+  gboolean started = self->started;
   pthread_mutex_unlock (&self->lock);
+  if (started)
+    {
+      /* The pause state lives on the listener's context: look there. */
+      g_atomic_int_inc (&self->internal_refs);
+      weft_context_post (self->ctx, resume_job, self, listener_unref_internal_notify);
+    }
 }
 
 /**

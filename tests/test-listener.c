@@ -323,6 +323,37 @@ test_max_connections (void)
   weft_engine_unref (engine);
 }
 
+/* Raising the limit while accepting is paused at it resumes accepting at
+ * once (nothing closes here). */
+static void
+test_max_connections_raised (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  atomic_int accepted = 0;
+  WeftListener *l = weft_listener_new (engine, accept_echo, &accepted, NULL);
+  weft_listener_set_max_connections (l, 1);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, NULL));
+  int a = wt_connect_tcp (port);
+  echo_once (a);
+  int b = wt_connect_tcp (port);
+  wt_send_str (b, "ping");
+  wt_quiet_window_ms (200);
+  g_assert_cmpint (atomic_load (&accepted), ==, 1);
+  weft_listener_set_max_connections (l, 0); /* no limit now */
+  char buf[4];
+  wt_recv_exactly (b, buf, 4);
+  g_assert_cmpmem (buf, 4, "ping", 4);
+  g_assert_cmpint (atomic_load (&accepted), ==, 2);
+  close (a);
+  close (b);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (l) == 0);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
 /* ---- /listener/emfile -------------------------------------------------- */
 
 static double
@@ -597,6 +628,7 @@ main (int argc, char **argv)
   g_test_add_func ("/listener/adopt-fd", test_adopt_fd);
   g_test_add_func ("/listener/systemd", test_systemd);
   g_test_add_func ("/listener/max-connections", test_max_connections);
+  g_test_add_func ("/listener/max-connections-raised", test_max_connections_raised);
   g_test_add_func ("/listener/emfile", test_emfile);
   g_test_add_func ("/listener/echo-1000", test_echo_1000);
   g_test_add_func ("/listener/shutdown", test_shutdown);
