@@ -213,7 +213,9 @@ coro_main (void *arg)
 #endif
   c->retval = c->func (c->data);
   c->finished = TRUE;
-  atomic_store (&c->state, ST_DONE);
+  /* Release: what it did is visible to whoever sees it done. (Wakers only
+   * compare-and-swap from WAITING, which this is not.) */
+  atomic_store_explicit (&c->state, ST_DONE, memory_order_release);
   switch_out (c, TRUE);
   g_assert_not_reached ();
 }
@@ -471,8 +473,9 @@ weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
     return NULL;
   /* What resume_job does, without the job: we are in a callback of ctx,
    * so the body is serialised with the context's other callbacks. */
-  atomic_store (&c->out, FALSE);
-  atomic_store (&c->state, ST_RUNNING);
+  /* Nobody else knows of it yet: no ordering needed. */
+  atomic_store_explicit (&c->out, FALSE, memory_order_relaxed);
+  atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
   run (c);
   return c;
 }

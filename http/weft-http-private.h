@@ -127,6 +127,8 @@ struct _HttpConn {
   _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
   gboolean closing;         /* read no more; close after the queued answers */
   gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
+  WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
+                                * dispatch (as a callback handler would) */
   gboolean input_unread;    /* closing after refusing input still on its way:
                              * linger whether or not it has arrived yet */
   gboolean closed;

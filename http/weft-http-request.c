@@ -281,7 +281,9 @@ static void
 attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
-  if (atomic_load (&req->handler_thread) == g_thread_self ())
+  /* (The context test first: another thread must not read inline_req.) */
+  if (atomic_load (&req->handler_thread) == g_thread_self () ||
+      (weft_context_get_current () == hc->ctx && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
       req->ready = TRUE;

@@ -240,7 +240,7 @@ flush_ready_corked (HttpConn *hc)
                * ask for it before it returns; after, the body (if the
                * client sends it at all) is not read, and the connection
                * closes after the answer. */
-              if (atomic_load (&req->handler_thread) != NULL)
+              if (atomic_load (&req->handler_thread) != NULL || hc->inline_req == req)
                 break; /* dispatch() flushes again when it returns */
               weft_http_force_close (req);
               hc->reading = NULL;
@@ -366,25 +366,31 @@ coro_handler (gpointer data)
 static void
 spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
-  weft_http_request_ref (req); /* the coroutine may end, and answer, inside */
-  atomic_store (&req->handler_thread, g_thread_self ());
+  /* A streamed body's request is used after the handler's first return;
+   * any other may be answered, written and freed inside. */
+  gboolean stream_body = req->stream_body;
+  if (stream_body)
+    weft_http_request_ref (req);
+  hc->inline_req = req;
   WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
                                        (GDestroyNotify) weft_http_request_unref,
                                        hc->server->coro_stack);
-  atomic_store (&req->handler_thread, NULL);
+  hc->inline_req = NULL;
   if (c == NULL)
     {
-      /* No stack, or the context is closing (the notify has run). */
+      /* No stack, or the context is closing (the notify has run; the
+       * pending line still holds the request). */
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
     }
   else
+    weft_coro_unref (c);
+  if (stream_body)
     {
-      weft_coro_unref (c);
-      if (req->stream_body && req->ready && !hc->closed)
+      if (c != NULL && req->ready && !hc->closed)
         weft_http_flush_ready (hc); /* what waited for the handler's first return */
+      weft_http_request_unref (req);
     }
-  weft_http_request_unref (req);
 }
 
 static void
