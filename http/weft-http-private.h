@@ -71,6 +71,8 @@ struct _WeftHttpRequest {
   /* The answer; set once (responded), written in arrival order. */
   atomic_int responded;
   GThread *_Atomic handler_thread; /* set while its handler runs */
+  gboolean coro_handler_running; /* its coroutine handler has not returned
+                                  * (on the connection's context) */
   guint status;
   GBytes *resp_head;
   GBytes *resp_body;

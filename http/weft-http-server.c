@@ -240,8 +240,8 @@ flush_ready_corked (HttpConn *hc)
                * ask for it before it returns; after, the body (if the
                * client sends it at all) is not read, and the connection
                * closes after the answer. */
-              if (atomic_load (&req->handler_thread) != NULL || hc->inline_req == req)
-                break; /* dispatch() flushes again when it returns */
+              if (atomic_load (&req->handler_thread) != NULL || req->coro_handler_running)
+                break; /* its handler flushes again when it returns */
               weft_http_force_close (req);
               hc->reading = NULL;
               hc->closing = TRUE;
@@ -347,14 +347,18 @@ static gpointer
 coro_handler (gpointer data)
 {
   WeftHttpRequest *req = data;
+  HttpConn *hc = req->hc;
   WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
-  func (req->hc->server, req, weft_http_route_get_data (req->route));
+  func (hc->server, req, weft_http_route_get_data (req->route));
+  req->coro_handler_running = FALSE;
   if (!atomic_load (&req->responded))
     {
       g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
               req->method, req->path);
       weft_http_respond_self (req, 500, FALSE);
     }
+  else if (req->stream_body && req->ready && !hc->closed)
+    weft_http_flush_ready (hc); /* what waited for the handler's return */
   return NULL;
 }
 
@@ -366,11 +370,9 @@ coro_handler (gpointer data)
 static void
 spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
-  /* A streamed body's request is used after the handler's first return;
-   * any other may be answered, written and freed inside. */
-  gboolean stream_body = req->stream_body;
-  if (stream_body)
-    weft_http_request_ref (req);
+  /* The request may be answered, written and freed inside: the pending
+   * line's reference goes with the flush, the coroutine's at its end. */
+  req->coro_handler_running = TRUE;
   hc->inline_req = req;
   WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
                                        (GDestroyNotify) weft_http_request_unref,
@@ -380,17 +382,12 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
     {
       /* No stack, or the context is closing (the notify has run; the
        * pending line still holds the request). */
+      req->coro_handler_running = FALSE;
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
+      return;
     }
-  else
-    weft_coro_unref (c);
-  if (stream_body)
-    {
-      if (c != NULL && req->ready && !hc->closed)
-        weft_http_flush_ready (hc); /* what waited for the handler's first return */
-      weft_http_request_unref (req);
-    }
+  weft_coro_unref (c);
 }
 
 static void
@@ -1021,7 +1018,6 @@ weft_http_server_add_handler_full (WeftHttpServer *self, const gchar *method, co
   g_return_if_fail (path != NULL && path[0] != '\0');
   g_return_if_fail (func != NULL);
   g_return_if_fail (!self->started);
-  g_return_if_fail (!((flags & WEFT_HTTP_HANDLER_COROUTINE) && (flags & WEFT_HTTP_HANDLER_STREAM_BODY)));
   if (!weft_http_router_add (self->router, method, path, flags, func, user_data, notify))
     g_critical ("weft_http_server_add_handler: malformed path pattern \"%s\"", path);
 }

@@ -66,8 +66,10 @@ typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *reques
  *   (weft_coro_spawn()) in the connection's context, so it may wait
  *   (weft_coro_sleep(), weft_coro_read() on a backend socket, a channel,
  *   ...) before answering, written top to bottom; a request it leaves
- *   unanswered when it returns gets 500. Not with
- *   %WEFT_HTTP_HANDLER_STREAM_BODY.
+ *   unanswered when it returns gets 500. With
+ *   %WEFT_HTTP_HANDLER_STREAM_BODY the body's pieces arrive as callbacks
+ *   of the same context, so the coroutine can wait for them (for example
+ *   on a #WeftCoroCond with a %NULL mutex).
  *
  * How a handler gets the request body, and how it runs.
  */

@@ -92,6 +92,42 @@ coro_wait (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
   g_free (text);
 }
 
+/* A coroutine handler of a streamed body: reads the body piece by piece
+ * (the pieces arrive as callbacks of its context), waiting on a condition
+ * between them, and answers with its length and sum. */
+typedef struct {
+  WeftCoroCond *cond;
+  gsize len;
+  guint sum;
+  gboolean done;
+} CoroBody;
+
+static void
+coro_body_piece (WeftHttpRequest *req, const guint8 *data, gsize len, gboolean done,
+                 gpointer user_data)
+{
+  CoroBody *b = user_data;
+  for (gsize i = 0; i < len; i++)
+    b->sum += data[i];
+  b->len += len;
+  b->done = done;
+  weft_coro_cond_signal (b->cond);
+}
+
+static void
+coro_stream_body (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  CoroBody b = { weft_coro_cond_new (), 0, 0, FALSE };
+  weft_http_request_read_body (request, coro_body_piece, &b, NULL);
+  /* The pieces come from callbacks of this context: no mutex needed. */
+  while (!b.done)
+    g_assert_cmpint (weft_coro_cond_wait (b.cond, NULL, 5000), ==, 0);
+  gchar *text = g_strdup_printf ("%" G_GSIZE_FORMAT " %u", b.len, b.sum);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
+  g_free (text);
+  weft_coro_cond_unref (b.cond);
+}
+
 /* A coroutine handler that returns without answering. */
 static void
 coro_forgets (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
@@ -111,6 +147,9 @@ srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure con
   weft_http_server_add_handler (s->server, "GET", "/late", late, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "GET", "/coro-wait", WEFT_HTTP_HANDLER_COROUTINE,
                                      coro_wait, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/coro-body",
+                                     WEFT_HTTP_HANDLER_COROUTINE | WEFT_HTTP_HANDLER_STREAM_BODY,
+                                     coro_stream_body, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "GET", "/coro-forgets",
                                      WEFT_HTTP_HANDLER_COROUTINE, coro_forgets, NULL, NULL);
   if (configure != NULL)
@@ -916,6 +955,34 @@ test_refused_body_answer_readable (void)
   srv_stop (&s);
 }
 
+/* A coroutine handler reads a streamed body (chunked, sent in pieces with
+ * pauses) top to bottom, and pipelined requests after it are answered in
+ * order. */
+static void
+test_coroutine_stream_body (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /coro-body HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3\r\nabc\r\n");
+  g_usleep (30000);
+  wt_send_str (fd, "2\r\nde\r\n");
+  g_usleep (30000);
+  wt_send_str (fd, "0\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  const char *text = (const char *) got->data;
+  /* abcde: 5 bytes, sum 97+98+99+100+101 = 495 */
+  const char *a = strstr (text, "\r\n\r\n5 495");
+  const char *b = strstr (text, "Hello, World!");
+  if (!g_str_has_prefix (text, "HTTP/1.1 200 OK") || a == NULL || b == NULL || b < a)
+    g_error ("coroutine stream body:\n%s", text);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -939,6 +1006,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/access-log", test_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
+  g_test_add_func ("/http-server/coroutine-stream-body", test_coroutine_stream_body);
   g_test_add_func ("/http-server/answers-to-closed-peer", test_answers_to_closed_peer);
   g_test_add_func ("/http-server/refused-body-answer-readable",
                    test_refused_body_answer_readable);
