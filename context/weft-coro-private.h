@@ -47,6 +47,8 @@ gboolean weft__coro_prepare_wait (WeftCoro *c);
 /* Suspends @c, prepared, until a wake, @timeout_ms (< 0: none) or an
  * interrupt; returns the WEFT_CORO_WAKE_ reason. */
 gint weft__coro_wait (WeftCoro *c, gint timeout_ms);
+/* 0 for WEFT_CORO_WAKE_EVENT, -ETIMEDOUT, or -EINTR for an interrupt. */
+gint weft__coro_reason_to_errno (gint reason);
 /* Wakes @c if it is waiting (any thread); FALSE if it was not. */
 gboolean weft__coro_wake (WeftCoro *c, gint reason);
 

@@ -43,7 +43,7 @@ G_DEFINE_BOXED_TYPE (WeftCoroChannel, weft_coro_channel, weft_coro_channel_ref,
 static gint
 as_errno (gint reason)
 {
-  return reason == WEFT_CORO_WAKE_EVENT ? 0 : reason == WEFT_CORO_WAKE_TIMEOUT ? -ETIMEDOUT : -EINTR;
+  return weft__coro_reason_to_errno (reason);
 }
 
 static WeftCoro *

@@ -661,8 +661,8 @@ require_current (const char *func)
   return c;
 }
 
-static gint
-reason_to_errno (gint reason)
+gint
+weft__coro_reason_to_errno (gint reason)
 {
   switch (reason)
     {
@@ -690,7 +690,7 @@ weft_coro_yield (void)
   if (!weft__coro_prepare_wait (c))
     return -EINTR;
   weft__coro_wake (c, WEFT_CORO_WAKE_EVENT); /* queued behind what is there */
-  return reason_to_errno (weft__coro_wait (c, -1));
+  return weft__coro_reason_to_errno (weft__coro_wait (c, -1));
 }
 
 /**
@@ -762,7 +762,7 @@ weft_coro_wait_fd (gint fd, GIOCondition events, gint timeout_ms, GIOCondition *
   weft_context_remove (c->ctx, w.id); /* w lives on this stack: no callback after */
   if (revents != NULL)
     *revents = w.revents;
-  return reason_to_errno (reason);
+  return weft__coro_reason_to_errno (reason);
 }
 
 /**
@@ -949,7 +949,7 @@ weft_coro_join (WeftCoro *self, gpointer *retval, gint timeout_ms)
       weft__coro_set_wait_queue (c, NULL, NULL, NULL);
       pthread_mutex_unlock (&self->lock);
       if (reason != WEFT_CORO_WAKE_EVENT)
-        return reason_to_errno (reason);
+        return weft__coro_reason_to_errno (reason);
     }
   if (!self->finished)
     return -ECANCELED;

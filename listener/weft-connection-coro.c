@@ -156,15 +156,7 @@ suspend (WeftCoro *c, WeftCoro **slot, gint timeout_ms)
   *slot = weft_coro_ref (c);
   gint reason = weft__coro_wait (c, timeout_ms);
   g_clear_pointer (slot, weft_coro_unref);
-  switch (reason)
-    {
-    case WEFT_CORO_WAKE_EVENT:
-      return 0;
-    case WEFT_CORO_WAKE_TIMEOUT:
-      return -ETIMEDOUT;
-    default:
-      return -EINTR;
-    }
+  return weft__coro_reason_to_errno (reason);
 }
 
 static void
