@@ -23,6 +23,7 @@
 
 typedef struct {
   gchar *prefix;
+  gchar *norm_prefix; /* decoded, no leading or trailing slash: "" for "/" */
   int root_fd; /* O_PATH | O_DIRECTORY */
 } StaticDir;
 
@@ -32,13 +33,16 @@ static_dir_free (gpointer data)
   StaticDir *d = data;
   close (d->root_fd);
   g_free (d->prefix);
+  g_free (d->norm_prefix);
   g_free (d);
 }
 
 static int
 open_beneath (int root_fd, const char *rel)
 {
-  struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+  /* O_NONBLOCK: opening a FIFO must not block the worker (it is then
+   * refused as not a regular file); it changes nothing for files. */
+  struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
   long fd = syscall (SYS_openat2, root_fd, rel, &how, sizeof how);
   return fd < 0 ? -1 : (int) fd;
@@ -211,7 +215,19 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
 {
   StaticDir *d = user_data;
   const char *path = weft_http_request_get_path (req);
-  gchar *rel = relative_path (path + strlen (d->prefix));
+  /* The router matched the decoded path against the prefix: decode the
+   * whole path and take the prefix off its decoded, normalised form (the
+   * raw path may spell the prefix with escapes). */
+  g_autofree gchar *full = relative_path (path);
+  gchar *rel = NULL;
+  if (full != NULL)
+    {
+      gsize n = strlen (d->norm_prefix);
+      if (n == 0)
+        rel = g_strdup (full);
+      else if (strncmp (full, d->norm_prefix, n) == 0 && (full[n] == '\0' || full[n] == '/'))
+        rel = g_strdup (full + n + (full[n] == '/'));
+    }
   if (rel == NULL)
     {
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
@@ -226,9 +242,14 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
           /* A directory named without its slash: relative links in its
            * index need it. */
           close (fd);
-          gchar *loc = g_strconcat (path, "/", NULL);
+          /* From the normalised path, escaped, with one leading slash: the
+           * raw one could start with "//", which a browser takes for
+           * another host. */
+          gchar *esc = g_uri_escape_string (full, "/", FALSE);
+          gchar *loc = g_strconcat ("/", esc, "/", NULL);
           weft_http_request_add_response_header (req, "Location", loc);
           g_free (loc);
+          g_free (esc);
           answer_status (req, 301);
           g_free (rel);
           return;
@@ -330,6 +351,8 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (url_prefix != NULL && url_prefix[0] == '/', FALSE);
+  g_autofree gchar *norm = relative_path (url_prefix);
+  g_return_val_if_fail (norm != NULL, FALSE); /* no "..", no bad escapes */
   g_return_val_if_fail (root != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
   int fd = open (root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -343,6 +366,8 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
   StaticDir *d = g_new0 (StaticDir, 1);
   d->root_fd = fd;
   d->prefix = g_strdup (url_prefix);
+  d->norm_prefix = relative_path (url_prefix);
+  g_assert (d->norm_prefix != NULL); /* checked above */
   gchar *pattern = g_strconcat (url_prefix, "*", NULL);
   weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
   g_free (pattern);

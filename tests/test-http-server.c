@@ -6,6 +6,8 @@
  */
 #include "weft-net-util.h"
 
+#include <sys/stat.h>
+
 #include <glib/gstdio.h>
 
 typedef struct {
@@ -526,6 +528,51 @@ test_static_files (void)
   g_free (root);
 }
 
+/* Hostile paths on a directory mounted at /static/: a FIFO is refused
+ * at once (opening it must not block a worker), "//sub" redirects to a
+ * path with one leading slash (never a protocol-relative "//sub/", which
+ * a browser takes for another host), and a prefix spelled with escapes
+ * serves the file the decoded path names. */
+static void
+test_static_hostile_paths (void)
+{
+  gchar *root = g_dir_make_tmp ("weft-static2-XXXXXX", NULL);
+  gchar *p;
+  g_assert_true (g_file_set_contents (p = g_build_filename (root, "a.txt", NULL), "AAA", -1, NULL));
+  g_free (p);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0700), ==, 0);
+  g_free (p);
+  g_assert_cmpint (mkfifo (p = g_build_filename (root, "pipe", NULL), 0600), ==, 0);
+  g_free (p);
+
+  Srv s;
+  GError *error = NULL;
+  s.engine = wt_engine_new (1); /* one worker: a blocked open would stop everything */
+  s.server = weft_http_server_new (s.engine);
+  g_assert_true (weft_http_server_add_directory (s.server, "/static/", root, &error));
+  g_assert_no_error (error);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+
+  gint64 t = g_get_monotonic_time ();
+  expect_prefix (get (s.port, "/static/pipe", NULL), "HTTP/1.1 404 ", NULL);
+  g_assert_cmpint (g_get_monotonic_time () - t, <, 2 * G_USEC_PER_SEC);
+  expect_prefix (get (s.port, "/static/a.txt", NULL), "HTTP/1.1 200 ", "\r\n\r\nAAA");
+  gchar *got = get (s.port, "/static//sub", NULL);
+  if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || strstr (got, "\r\nLocation: /static/sub/\r\n") == NULL)
+    g_error ("//sub redirect:\n%s", got);
+  g_free (got);
+  expect_prefix (get (s.port, "/%73tatic/a.txt", NULL), "HTTP/1.1 200 ", "\r\n\r\nAAA");
+  expect_prefix (get (s.port, "/static/%2e%2e/static/a.txt", NULL), "HTTP/1.1 404 ", NULL);
+
+  srv_stop (&s);
+  gchar *cmd[] = { "rm", "-rf", root, NULL };
+  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  g_free (root);
+}
+
 /* ---- shutdown ---------------------------------------------------------- */
 
 static void
@@ -997,6 +1044,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/bad-requests", test_bad_requests);
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
   g_test_add_func ("/http-server/static-files", test_static_files);
+  g_test_add_func ("/http-server/static-hostile-paths", test_static_hostile_paths);
   g_test_add_func ("/http-server/shutdown", test_shutdown);
   g_test_add_func ("/http-server/ab-keepalive", test_ab_keepalive);
   g_test_add_func ("/http-server/params-and-query", test_params);
