@@ -5,8 +5,8 @@
  * with the same buffer grown by the bytes that arrived (a head split byte
  * by byte parses exactly as one write). The chunked body decoder keeps a
  * small state instead, since body bytes are consumed as they come. No I/O
- * here: the server (weft-http-server.c, to come) feeds it from a
- * connection's read buffer.
+ * here: the server (weft-http-server.c) feeds it from a connection's read
+ * buffer.
  *
  * Strict where RFC 9112 lets a recipient choose: bare LF, whitespace before
  * a header's colon, obs-fold, control characters, Content-Length together
@@ -104,8 +104,8 @@ typedef struct {
 void weft_http_chunked_init (WeftHttpChunked *dec, guint64 max_body);
 
 /* Decodes from @buf (@len bytes). Returns how many bytes of @buf it used
- * (0 means it needs more input), or WEFT_HTTP_ERROR with *@status (400 or
- * 413). Data found is returned as one slice per call in *@data and
+ * (0 means it needs more input), or WEFT_HTTP_ERROR with *@status (400,
+ * 413 for a body over the limit, or 431 for trailers over 8 KiB). Data found is returned as one slice per call in *@data and
  * *@data_len (pointing into @buf; *@data_len 0 if none), so call again
  * with the rest until it uses nothing. *@done turns TRUE after the last
  * chunk and the trailer section: the bytes after it belong to the next

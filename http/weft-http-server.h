@@ -97,10 +97,12 @@ typedef enum {
  *   once it has taken longer than the body timeout (10 s without one);
  *   default 256, 0: none; below it: 408 and close
  * @WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS: how long a connection with no
- *   request in progress is kept (default 30 s; 0: for ever)
+ *   request in progress is kept (default 30 s; 0: for ever); one sweep
+ *   every half period closes it, so between 1 and 1.5 times this
  * @WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS: how long output may wait with the
  *   peer taking none of it (default 60 s; 0: none); then the connection
- *   is aborted
+ *   is aborted, checked every half period: 1.5 to 2 times this after the
+ *   peer last took output
  * @WEFT_HTTP_LIMIT_MAX_CONNECTIONS: live connections (default 16384);
  *   accepting pauses at the limit. weft_http_server_start() sets it on the
  *   server's listener, over any value set there directly

@@ -1913,7 +1913,7 @@ write_check (gpointer data)
   WeftConnection *self = data;
   /* Checked every write_ms / 2 by a progress count, not a clock read per
    * write: three checks in a row with output queued and none taken means
-   * the peer took nothing for between write_ms and 1.5 x write_ms. */
+   * the peer took nothing for between 1.5 and 2 x write_ms. */
   if (self->wq_head == NULL)
     {
       self->write_id = 0; /* nothing waits: rearmed by the next flush that leaves some */
