@@ -105,7 +105,8 @@ void weft_http_chunked_init (WeftHttpChunked *dec, guint64 max_body);
 
 /* Decodes from @buf (@len bytes). Returns how many bytes of @buf it used
  * (0 means it needs more input), or WEFT_HTTP_ERROR with *@status (400,
- * 413 for a body over the limit, or 431 for trailers over 8 KiB). Data found is returned as one slice per call in *@data and
+ * 413 for a body over the limit, or 431 for a trailer section past
+ * 8 KiB). Data found is returned as one slice per call in *@data and
  * *@data_len (pointing into @buf; *@data_len 0 if none), so call again
  * with the rest until it uses nothing. *@done turns TRUE after the last
  * chunk and the trailer section: the bytes after it belong to the next
