@@ -113,7 +113,7 @@ weft_coro_mutex_ref (WeftCoroMutex *mutex)
 
 /**
  * weft_coro_mutex_unref:
- * @mutex: (transfer full): a mutex
+ * @mutex: (transfer full) (nullable): a mutex
  *
  * Drops a reference; the last one frees @mutex, which nobody may wait
  * on then.
@@ -121,7 +121,8 @@ weft_coro_mutex_ref (WeftCoroMutex *mutex)
 void
 weft_coro_mutex_unref (WeftCoroMutex *mutex)
 {
-  g_return_if_fail (mutex != NULL);
+  if (mutex == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&mutex->ref_count))
     return;
   g_return_if_fail (mutex->owner == NULL && mutex->q.head == NULL);
@@ -267,7 +268,7 @@ weft_coro_cond_ref (WeftCoroCond *cond)
 
 /**
  * weft_coro_cond_unref:
- * @cond: (transfer full): a cond
+ * @cond: (transfer full) (nullable): a cond
  *
  * Drops a reference; the last one frees @cond, which nobody may wait
  * on then.
@@ -275,7 +276,8 @@ weft_coro_cond_ref (WeftCoroCond *cond)
 void
 weft_coro_cond_unref (WeftCoroCond *cond)
 {
-  g_return_if_fail (cond != NULL);
+  if (cond == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&cond->ref_count))
     return;
   g_return_if_fail (cond->q.head == NULL);
@@ -405,7 +407,7 @@ weft_coro_channel_ref (WeftCoroChannel *channel)
 
 /**
  * weft_coro_channel_unref:
- * @channel: (transfer full): a channel
+ * @channel: (transfer full) (nullable): a channel
  *
  * Drops a reference; the last one frees @channel, which nobody may wait
  * on then.
@@ -413,7 +415,8 @@ weft_coro_channel_ref (WeftCoroChannel *channel)
 void
 weft_coro_channel_unref (WeftCoroChannel *channel)
 {
-  g_return_if_fail (channel != NULL);
+  if (channel == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&channel->ref_count))
     return;
   g_return_if_fail (channel->senders.head == NULL && channel->receivers.head == NULL);

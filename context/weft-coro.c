@@ -499,7 +499,7 @@ weft_coro_ref (WeftCoro *self)
 
 /**
  * weft_coro_unref:
- * @self: (transfer full): a coroutine
+ * @self: (transfer full) (nullable): a coroutine
  *
  * Drops a reference. A running or suspended coroutine keeps itself alive
  * until it ends.
@@ -507,7 +507,8 @@ weft_coro_ref (WeftCoro *self)
 void
 weft_coro_unref (WeftCoro *self)
 {
-  g_return_if_fail (self != NULL);
+  if (self == NULL)
+    return;
   if (g_atomic_int_dec_and_test (&self->ref_count))
     coro_free (self);
 }

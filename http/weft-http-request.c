@@ -396,7 +396,7 @@ weft_http_request_ref (WeftHttpRequest *self)
 
 /**
  * weft_http_request_unref:
- * @self: (transfer full): a request
+ * @self: (transfer full) (nullable): a request
  *
  * Drops a reference. A request dropped unanswered by everyone holds up
  * the connection's later answers until the connection closes: answer
@@ -405,7 +405,8 @@ weft_http_request_ref (WeftHttpRequest *self)
 void
 weft_http_request_unref (WeftHttpRequest *self)
 {
-  g_return_if_fail (self != NULL);
+  if (self == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   HttpConn *hc = self->hc;

@@ -951,7 +951,7 @@ weft_http_server_ref (WeftHttpServer *self)
 
 /**
  * weft_http_server_unref:
- * @self: (transfer full): a server
+ * @self: (transfer full) (nullable): a server
  *
  * Drops a reference. Live connections hold their own; to stop serving,
  * use weft_http_server_shutdown().
@@ -959,7 +959,8 @@ weft_http_server_ref (WeftHttpServer *self)
 void
 weft_http_server_unref (WeftHttpServer *self)
 {
-  g_return_if_fail (self != NULL);
+  if (self == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   stop_sweep (self);

@@ -377,7 +377,7 @@ weft_connection_ref (WeftConnection *self)
 
 /**
  * weft_connection_unref:
- * @self: (transfer full): a connection
+ * @self: (nullable) (transfer full): a connection
  *
  * Drops a reference. An open connection stays open while its socket is
  * registered (it holds a reference of its own until it is closed), so

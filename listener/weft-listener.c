@@ -180,7 +180,7 @@ stop_accepting_job (gpointer data)
 
 /**
  * weft_listener_unref:
- * @self: (transfer full): a listener
+ * @self: (nullable) (transfer full): a listener
  *
  * Drops a reference. The last one stops accepting and closes the
  * listening sockets; connections already accepted go on until they close.

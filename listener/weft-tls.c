@@ -273,14 +273,15 @@ weft_tls_config_ref (WeftTlsConfig *self)
 
 /**
  * weft_tls_config_unref:
- * @self: (transfer full): a configuration
+ * @self: (transfer full) (nullable): a configuration
  *
  * Drops a reference; sessions keep their own.
  */
 void
 weft_tls_config_unref (WeftTlsConfig *self)
 {
-  g_return_if_fail (self != NULL);
+  if (self == NULL)
+    return;
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   if (self->sni_notify != NULL)
