@@ -98,10 +98,15 @@ local (void)
   return lc;
 }
 
+/* Not under the sanitizers: a reused object would hide a use after free. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define OBJECT_CACHE 1
+#endif
+
 gpointer
 weft__coro_object_get (gsize size)
 {
-#if !defined(__SANITIZE_ADDRESS__)
+#ifdef OBJECT_CACHE
   LocalCache *lc = local ();
   if (lc->n_objects > 0)
     return lc->objects[--lc->n_objects];
@@ -112,7 +117,7 @@ weft__coro_object_get (gsize size)
 void
 weft__coro_object_put (gpointer object)
 {
-#if !defined(__SANITIZE_ADDRESS__)
+#ifdef OBJECT_CACHE
   LocalCache *lc = local ();
   if (lc->n_objects < LOCAL_MAX)
     {

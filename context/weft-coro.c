@@ -305,9 +305,17 @@ weft__coro_set_wait_queue (WeftCoro *c, pthread_mutex_t *lock, WeftCoroWaitQueue
 void
 weft__coro_init_lock (pthread_mutex_t *lock)
 {
+#ifdef PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP
   /* glibc's static initializer: no attribute calls per coroutine. */
   static const pthread_mutex_t recursive = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
   *lock = recursive;
+#else
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init (&a);
+  pthread_mutexattr_settype (&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init (lock, &a);
+  pthread_mutexattr_destroy (&a);
+#endif
 }
 
 static void

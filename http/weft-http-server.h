@@ -69,7 +69,8 @@ typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *reques
  *   unanswered when it returns gets 500. With
  *   %WEFT_HTTP_HANDLER_STREAM_BODY the body's pieces arrive as callbacks
  *   of the same context, so the coroutine can wait for them (for example
- *   on a #WeftCoroCond with a %NULL mutex).
+ *   on a #WeftCoroCond with a %NULL mutex); an answer given before asking
+ *   for the body is held until the handler returns (it may still ask).
  *
  * How a handler gets the request body, and how it runs.
  */

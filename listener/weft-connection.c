@@ -588,6 +588,8 @@ deliver_buffered_job (gpointer data)
       self->in_fd_callback = TRUE; /* batch the reader's writes */
       deliver (self, buf, cap, buf, len);
       self->in_fd_callback = FALSE;
+      if (self->discarding && !self->closed)
+        discard_input (self); /* a lingering close begun by the reader */
       if (!self->closed)
         flush (self);
       if (!self->closed)
@@ -1408,8 +1410,13 @@ flush (WeftConnection *self)
       self->read_paused = FALSE;
       /* Not from inside the caller's own write: a producer that writes
        * again on DRAINED would re-enter itself. */
-      if (self->closing || self->write_shutdown) /* nobody may write more */
-        ;
+      if (self->closing || self->write_shutdown)
+        {
+          /* Nobody may write more, but a coroutine waiting for room in
+           * weft_connection_coro_write() must learn that it is there. */
+          if (self->wait_hook != NULL)
+            self->wait_hook (self, WEFT_CONNECTION_EVENT_DRAINED, NULL, self->wait_hook_data);
+        }
       else if (self->in_write_call)
         {
           if (!self->drained_posted)
@@ -1459,6 +1466,8 @@ read_more_job (gpointer data)
   self->in_fd_callback = TRUE; /* batch the reader's writes */
   do_reads (self);
   self->in_fd_callback = FALSE;
+  if (self->discarding && !self->closed)
+    discard_input (self); /* a lingering close begun by the reader */
   if (!self->closed)
     flush (self);
   if (!self->closed)
@@ -1694,7 +1703,7 @@ discard_input (WeftConnection *self)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-      if (n <= 0 || (guint64) n >= self->discard_left)
+      if (n <= 0 || (guint64) n > self->discard_left)
         {
           /* The peer's end (or its reset), or more than we will take. */
           finish_close (self, n > 0);
@@ -1732,6 +1741,11 @@ close_flushed (WeftConnection *self)
    * side instead, so the answer and an end of file go out, and drop input
    * until the peer closes too. */
   self->discarding = TRUE;
+  if (self->idle_id != 0) /* the linger timer bounds it now */
+    {
+      weft_context_remove (self->ctx, self->idle_id);
+      self->idle_id = 0;
+    }
   if (self->linger_id != 0)
     weft_context_remove (self->ctx, self->linger_id);
   self->linger_id = weft_context_add_timeout (self->ctx, self->linger_ms, discard_expired, self,

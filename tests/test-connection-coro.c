@@ -391,6 +391,55 @@ test_write_backpressure (void)
   wt_server_stop (&srv);
 }
 
+/* A coroutine waiting for room in weft_connection_coro_write() while
+ * another coroutine shuts the write side: once the peer has taken the
+ * output, the writer returns (it used to wait for ever: DRAINED is not
+ * emitted to a connection shut for writing). */
+static atomic_int writer_returned;
+
+static gpointer
+shutter (gpointer data)
+{
+  WeftConnection *conn = data;
+  weft_coro_sleep (100);
+  weft_connection_shutdown_write (conn);
+  return NULL;
+}
+
+static gpointer
+blocked_writer_body (WeftConnection *conn)
+{
+  weft_connection_set_write_watermarks (conn, BP_HIGH, BP_LOW);
+  WeftCoro *s = weft_coro_spawn (weft_connection_get_context (conn), shutter, conn, NULL, 0);
+  weft_coro_unref (s);
+  static guint8 big[4 * 1024 * 1024];
+  memset (big, 'w', sizeof big);
+  GError *error = NULL;
+  gboolean ok = weft_connection_coro_write (conn, big, sizeof big, -1, &error);
+  g_assert_no_error (error);
+  g_assert_true (ok);
+  atomic_store (&writer_returned, 1);
+  weft_connection_close (conn);
+  return NULL;
+}
+
+static void
+test_write_wait_ends_on_shutdown (void)
+{
+  WtServer srv;
+  atomic_store (&writer_returned, 0);
+  start (&srv, blocked_writer_body);
+  int fd = wt_connect_tcp (srv.port);
+  g_usleep (300000); /* the writer waits; the write side gets shut */
+  GByteArray *all = wt_recv_to_eof (fd, FALSE, NULL);
+  g_assert_cmpuint (all->len, ==, 4 * 1024 * 1024);
+  g_byte_array_unref (all);
+  WT_WAIT_UNTIL (wt_load (&writer_returned) == 1);
+  g_assert_cmpint (wt_load (&writer_returned), ==, 1);
+  close (fd);
+  wt_server_stop (&srv);
+}
+
 /* ---- interrupt and destruction ----------------------------------------- */
 
 static gpointer
@@ -526,6 +575,8 @@ main (int argc, char **argv)
   g_test_add_func ("/connection-coro/read-timeout", test_read_timeout);
   g_test_add_func ("/connection-coro/line-too-long", test_line_too_long);
   g_test_add_func ("/connection-coro/write-backpressure", test_write_backpressure);
+  g_test_add_func ("/connection-coro/write-wait-ends-on-shutdown",
+                   test_write_wait_ends_on_shutdown);
   g_test_add_func ("/connection-coro/interrupt", test_interrupt);
   g_test_add_func ("/connection-coro/context-destroyed", test_context_destroyed);
   g_test_add_func ("/connection-coro/misuse", test_misuse);
