@@ -20,6 +20,7 @@ packages=(
   libgirepository1.0-dev
   gir1.2-glib-2.0
   python3-gi        # tests/test-gi.py (PyGObject)
+  gi-docgen         # .ci/run docs stage: the API reference (-Ddocs=true)
   libsoup-3.0-dev   # examples/soup-client (libsoup in examples only)
   glib-networking   # TLS for GIO and libsoup (examples/soup-smoke.py)
   clang             # tests/fuzz/run: libFuzzer targets
