@@ -443,7 +443,10 @@ fail_request (HttpConn *hc, guint status)
     }
   hc->reading = NULL;
   hc->closing = TRUE;
-  hc->input_unread = TRUE; /* the rest of what it sends is refused */
+  /* The rest of what it sends is refused: linger, so the answer survives.
+   * Not for a timeout: a client that slow has little in flight, and a
+   * slowloris would only hold its slot longer. */
+  hc->input_unread = status != 408;
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
   if (req->body_func != NULL && !req->body_done)
