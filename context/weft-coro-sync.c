@@ -40,12 +40,6 @@ G_DEFINE_BOXED_TYPE (WeftCoroCond, weft_coro_cond, weft_coro_cond_ref, weft_coro
 G_DEFINE_BOXED_TYPE (WeftCoroChannel, weft_coro_channel, weft_coro_channel_ref,
                      weft_coro_channel_unref)
 
-static gint
-as_errno (gint reason)
-{
-  return weft__coro_reason_to_errno (reason);
-}
-
 static WeftCoro *
 current (const char *func)
 {
@@ -327,7 +321,7 @@ weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms)
   pthread_mutex_unlock (&cond->lock);
   if (mutex != NULL)
     relock (mutex, c);
-  return as_errno (reason);
+  return weft__coro_reason_to_errno (reason);
 }
 
 /**
@@ -469,7 +463,7 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
       WeftCoroWaiter w = { 0 };
       gint reason = wait_in (&channel->lock, &channel->senders, c, timeout_ms, &w);
       if (reason != WEFT_CORO_WAKE_EVENT)
-        return as_errno (reason);
+        return weft__coro_reason_to_errno (reason);
     }
 }
 
@@ -522,7 +516,7 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
       WeftCoroWaiter w = { 0 };
       gint reason = wait_in (&channel->lock, &channel->receivers, c, timeout_ms, &w);
       if (reason != WEFT_CORO_WAKE_EVENT)
-        return as_errno (reason);
+        return weft__coro_reason_to_errno (reason);
     }
 }
 

@@ -392,7 +392,10 @@ resume_notify (gpointer data)
 static gboolean
 post_resume (WeftCoro *c)
 {
-  Resume *r = &c->resumes[atomic_fetch_add_explicit (&c->resume_seq, 1, memory_order_relaxed) & 1];
+  /* Posters never overlap (see Resume): no read-modify-write needed. */
+  guint seq = atomic_load_explicit (&c->resume_seq, memory_order_relaxed);
+  atomic_store_explicit (&c->resume_seq, seq + 1, memory_order_relaxed);
+  Resume *r = &c->resumes[seq & 1];
   r->c = weft_coro_ref (c);
   r->ran = FALSE;
   return weft_context_post (c->ctx, resume_job, r, resume_notify);

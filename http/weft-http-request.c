@@ -147,8 +147,6 @@ put (char *p, const char *s, gsize n)
 
 #define PUT_LIT(p, lit) put ((p), (lit), sizeof (lit) - 1)
 
-/* Builds the answer's head (and a small body) on the caller's thread: one
- * buffer, sized first, filled without printf (this is per request). */
 /* A header name (a token) or value (no control character but tab). */
 static gboolean
 header_text_ok (const char *s, gboolean is_name)
@@ -163,6 +161,8 @@ header_text_ok (const char *s, gboolean is_name)
   return TRUE;
 }
 
+/* Builds the answer's head (and a small body) on the caller's thread: one
+ * buffer, sized first, filled without printf (this is per request). */
 static void
 build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
                 gsize len, GBytes *body_bytes)
@@ -301,9 +301,10 @@ static void
 attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
+  gboolean on_context = weft_context_get_current () == hc->ctx;
   /* (The context test first: another thread must not read inline_req.) */
   if (atomic_load (&req->handler_thread) == g_thread_self () ||
-      (weft_context_get_current () == hc->ctx && hc->inline_req == req))
+      (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
       req->ready = TRUE;
@@ -311,7 +312,7 @@ attach (WeftHttpRequest *req)
         weft_http_flush_ready (hc);
       return;
     }
-  if (weft_context_get_current () == hc->ctx)
+  if (on_context)
     {
       /* On the connection's context, outside the handler's call (a
        * coroutine handler, a job): the request stays queued, so no

@@ -191,9 +191,6 @@ account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
     weft_http_access_log_add (server->log, req);
 }
 
-/* Writes the answers that are ready, oldest first, stopping at the first
- * that is not: pipelined answers never overtake each other. A streamed
- * answer stays at the head (hc->active) until it is finished. */
 static void flush_ready_corked (HttpConn *hc);
 
 /* After the last answer: the client may still be sending (a body refused
@@ -212,19 +209,22 @@ close_lingering (HttpConn *hc)
 }
 
 /* Corked, so the answers of one flush leave in one system call (and a
- * write cannot close the connection under the loop). */
+ * write cannot close the connection under the loop). The loop may close
+ * it and so drop hc's last reference: only the connection is used after,
+ * and it is held here. */
 void
 weft_http_flush_ready (HttpConn *hc)
 {
   WeftConnection *conn = weft_connection_ref (hc->conn);
-  weft_http_conn_ref (hc);
   weft__connection_cork (conn);
   flush_ready_corked (hc);
   weft__connection_uncork (conn);
-  weft_http_conn_unref (hc);
   weft_connection_unref (conn);
 }
 
+/* Writes the answers that are ready, oldest first, stopping at the first
+ * that is not: pipelined answers never overtake each other. A streamed
+ * answer stays at the head (hc->active) until it is finished. */
 static void
 flush_ready_corked (HttpConn *hc)
 {
@@ -1173,7 +1173,7 @@ weft_http_server_start (WeftHttpServer *self, GError **error)
  * head has arrived. Requests the server refuses itself (malformed, over a
  * limit, timed out) are not counted. Any thread.
  *
- * Returns: requests received whole since the server started
+ * Returns: the requests routed since the server started
  */
 guint64
 weft_http_server_get_n_requests (WeftHttpServer *self)

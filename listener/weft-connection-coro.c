@@ -431,13 +431,11 @@ weft_connection_coro_write (WeftConnection *self, const guint8 *data, gsize len,
     }
   if (!weft_connection_write (self, data, len))
     {
-      set_ended_error (io, self, error);
       if (io->error == NULL && !weft_connection_is_closed (self))
-        {
-          g_clear_error (error);
-          g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_CLOSED,
-                               "the connection is closing or shut down for writing");
-        }
+        g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_CLOSED,
+                             "the connection is closing or shut down for writing");
+      else
+        set_ended_error (io, self, error);
       return FALSE;
     }
   while (!weft_connection_is_closed (self) && weft_connection_is_write_blocked (self))

@@ -182,6 +182,7 @@ static void update_interest (WeftConnection *self);
 static void queued (WeftConnection *self);
 static void close_flushed (WeftConnection *self);
 static void discard_input (WeftConnection *self);
+static void deliver_buffered_job (gpointer data);
 static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
                      gsize len);
 static void fail (WeftConnection *self, GError *error);
@@ -502,16 +503,8 @@ weft__connection_peer_closed (WeftConnection *self)
 void
 weft__connection_deliver_now (WeftConnection *self)
 {
-  if (self->closed || self->rlen == 0 || self->mode == READ_NONE || self->in_fd_callback)
-    return;
-  guint8 *buf = self->rbuf;
-  gsize len = self->rlen, cap = self->rcap;
-  self->rbuf = NULL;
-  self->rlen = self->rcap = 0;
-  weft_connection_ref (self);
-  deliver (self, buf, cap, buf, len);
-  if (!self->closed)
-    update_interest (self);
+  weft_connection_ref (self); /* the job's body runs without its reference */
+  deliver_buffered_job (self);
   weft_connection_unref (self);
 }
 
@@ -575,6 +568,16 @@ static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const
 /* A reader installed from a callback may already be satisfied by buffered
  * bytes: deliver them from a job, so the caller's stack unwinds first and
  * the order of callbacks stays simple. */
+/* Ends a stretch run as if in the fd callback: a lingering close begun
+ * in it could not read yet (the scratch buffer was in use): read now. */
+static void
+leave_fd_callback (WeftConnection *self)
+{
+  self->in_fd_callback = FALSE;
+  if (self->discarding && !self->closed)
+    discard_input (self);
+}
+
 static void
 deliver_buffered_job (gpointer data)
 {
@@ -587,9 +590,7 @@ deliver_buffered_job (gpointer data)
       self->rlen = self->rcap = 0;
       self->in_fd_callback = TRUE; /* batch the reader's writes */
       deliver (self, buf, cap, buf, len);
-      self->in_fd_callback = FALSE;
-      if (self->discarding && !self->closed)
-        discard_input (self); /* a lingering close begun by the reader */
+      leave_fd_callback (self);
       if (!self->closed)
         flush (self);
       if (!self->closed)
@@ -1465,9 +1466,7 @@ read_more_job (gpointer data)
     return;
   self->in_fd_callback = TRUE; /* batch the reader's writes */
   do_reads (self);
-  self->in_fd_callback = FALSE;
-  if (self->discarding && !self->closed)
-    discard_input (self); /* a lingering close begun by the reader */
+  leave_fd_callback (self);
   if (!self->closed)
     flush (self);
   if (!self->closed)
@@ -1545,7 +1544,7 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
   if (condition & (WEFT__IO_RDHUP | G_IO_HUP | G_IO_ERR))
     self->fin_pending = TRUE; /* edge-triggered: said once only */
   if (self->discarding)
-    discard_input (self);
+    ; /* lingering: leave_fd_callback() reads what arrived */
   else if (self->handshaking)
     drive_handshake (self);
   else
@@ -1585,9 +1584,7 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
             fail_literal (self, G_IO_ERROR_CONNECTION_CLOSED, "the peer hung up");
         }
     }
-  self->in_fd_callback = FALSE;
-  if (self->discarding && !self->closed)
-    discard_input (self);
+  leave_fd_callback (self); /* (and reads what a lingering close drops) */
   if (!self->closed && !self->handshaking)
     flush (self);
   gboolean keep = !self->closed;
@@ -2119,7 +2116,7 @@ start_tls_job (gpointer data)
     {
       self->in_fd_callback = TRUE;
       drive_handshake (self);
-      self->in_fd_callback = FALSE;
+      leave_fd_callback (self);
       if (!self->closed && !self->handshaking)
         {
           flush (self);

@@ -556,10 +556,17 @@ test_static_hostile_paths (void)
   s.port = weft_listener_get_port (l, 0);
   g_assert_true (weft_http_server_start (s.server, &error));
 
-  gint64 t = g_get_monotonic_time ();
-  expect_prefix (get (s.port, "/static/pipe", NULL), "HTTP/1.1 404 ", NULL);
-  g_assert_cmpint (g_get_monotonic_time () - t, <, 2 * G_USEC_PER_SEC);
+  /* The FIFO is asked for first and its answer left unread: had the open
+   * blocked the only worker, the next request on another connection would
+   * never be answered. */
+  int fifo_client = wt_connect_tcp (s.port);
+  wt_send_str (fifo_client, "GET /static/pipe HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
   expect_prefix (get (s.port, "/static/a.txt", NULL), "HTTP/1.1 200 ", "\r\n\r\nAAA");
+  GByteArray *fifo_answer = wt_recv_to_eof (fifo_client, FALSE, NULL);
+  g_byte_array_append (fifo_answer, (const guint8 *) "", 1);
+  expect_prefix (g_strdup ((const char *) fifo_answer->data), "HTTP/1.1 404 ", NULL);
+  g_byte_array_unref (fifo_answer);
+  close (fifo_client);
   gchar *got = get (s.port, "/static//sub", NULL);
   if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || strstr (got, "\r\nLocation: /static/sub/\r\n") == NULL)
     g_error ("//sub redirect:\n%s", got);
