@@ -5,10 +5,15 @@
  *   anything else          404
  *
  * Usage: bench-server [--port N] [--workers N] [--host ADDR] [--coro] [--main-context]
+ *                     [--drain-ms MS]
  * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker.
  * --main-context: no worker threads; the engine runs from a GMainLoop on
  * the main thread (the GLib bridge, as a GTK application would run it).
- * Stops on SIGINT or SIGTERM.
+ * SIGINT or SIGTERM drains: stops accepting, finishes the requests begun
+ * (--drain-ms, 5000 by default, at most), prints how many requests it
+ * took and whether all finished ("bench-server: stopped: N requests, all
+ * finished" or "..., cut off"), and exits 0. tests/test-drain.c relies on
+ * that line.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -50,10 +55,33 @@ quit_loop (gpointer loop)
   return G_SOURCE_REMOVE;
 }
 
+/* The end of the drain, from whichever thread ends it. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t drain_cond = PTHREAD_COND_INITIALIZER;
+static int drain_state; /* 0: draining, 1: all finished, 2: cut off; HOLDS: drain_lock */
+
+static void
+on_drained (WeftListener *listener, gboolean drained, gpointer user_data)
+{
+  pthread_mutex_lock (&drain_lock);
+  drain_state = drained ? 1 : 2;
+  pthread_cond_broadcast (&drain_cond);
+  pthread_mutex_unlock (&drain_lock);
+}
+
+static int
+drain_result (void)
+{
+  pthread_mutex_lock (&drain_lock);
+  int state = drain_state;
+  pthread_mutex_unlock (&drain_lock);
+  return state;
+}
+
 int
 main (int argc, char **argv)
 {
-  gint port = 8080, workers = 1;
+  gint port = 8080, workers = 1, drain_ms = 5000;
   gboolean coro = FALSE, main_context = FALSE;
   gchar *host = NULL;
   GOptionEntry entries[] = {
@@ -64,13 +92,15 @@ main (int argc, char **argv)
       "Run the handlers as coroutines (WEFT_HTTP_HANDLER_COROUTINE)", NULL },
     { "main-context", 0, 0, G_OPTION_ARG_NONE, &main_context,
       "No workers: run the engine from a GMainLoop on this thread", NULL },
+    { "drain-ms", 0, 0, G_OPTION_ARG_INT, &drain_ms,
+      "On SIGINT/SIGTERM, how long requests begun may take to finish (5000)", "MS" },
     { NULL }
   };
   GError *error = NULL;
   GOptionContext *octx = g_option_context_new ("- the HTTP benchmark server");
   g_option_context_add_main_entries (octx, entries, NULL);
   if (!g_option_context_parse (octx, &argc, &argv, &error) || port < 0 || port > 65535 ||
-      workers < 0)
+      workers < 0 || drain_ms < 0)
     {
       g_printerr ("bench-server: %s\n", error != NULL ? error->message : "bad arguments");
       return 2;
@@ -120,12 +150,25 @@ main (int argc, char **argv)
       g_unix_signal_add (SIGTERM, quit_loop, loop);
       g_main_loop_run (loop);
       g_main_loop_unref (loop);
+      /* The drain's callbacks run on this thread too: iterate until done. */
+      weft_http_server_shutdown (server, (guint) drain_ms, on_drained, NULL, NULL);
+      while (drain_result () == 0)
+        g_main_context_iteration (NULL, TRUE);
     }
   else
     {
       int sig = 0;
       sigwait (&set, &sig);
+      weft_http_server_shutdown (server, (guint) drain_ms, on_drained, NULL, NULL);
+      pthread_mutex_lock (&drain_lock);
+      while (drain_state == 0)
+        pthread_cond_wait (&drain_cond, &drain_lock);
+      pthread_mutex_unlock (&drain_lock);
     }
+  printf ("bench-server: stopped: %" G_GUINT64_FORMAT " requests, %s\n",
+          weft_http_server_get_n_requests (server),
+          drain_result () == 1 ? "all finished" : "cut off");
+  fflush (stdout);
   weft_http_server_unref (server);
   weft_engine_unref (engine);
   g_free (host);

@@ -128,6 +128,9 @@ struct _HttpConn {
   guint64 body_bytes;
   _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
   gboolean closing;         /* read no more; close after the queued answers */
+  gboolean draining;        /* shutdown: finish the request begun, then close */
+  gboolean drain_taken;     /* draining: the last request's head is taken */
+  gboolean unparsed;        /* on_data left bytes (a head begun) for later */
   gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
                                 * dispatch (as a callback handler would) */

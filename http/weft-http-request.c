@@ -179,9 +179,10 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     len = (gsize) req->resp_len;
   req->status = status;
   gboolean no_body = req->is_head || status == 204 || status == 304;
-  /* During a shutdown every answer is the connection's last. (So is one
-   * whose streamed body is left unread: see weft_http_flush_ready().) */
-  gboolean last = !req->keep_alive || atomic_load (&req->hc->server->stopping);
+  /* During a shutdown the connection's last answer is marked so when it
+   * goes out (see drain_stop()); so is one whose streamed body is left
+   * unread (see weft_http_flush_ready()). */
+  gboolean last = !req->keep_alive;
   if (req->streaming)
     {
       req->no_body_out = no_body;

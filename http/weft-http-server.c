@@ -254,6 +254,10 @@ flush_ready_corked (HttpConn *hc)
         }
       if (!req->head_sent)
         {
+          /* Draining, no request will follow: an answer built before it
+           * was known to be the last says so now. */
+          if (hc->draining && (hc->closing || hc->drain_taken) && req == hc->pending_tail)
+            weft_http_force_close (req);
           req->head_sent = TRUE;
           weft_connection_write_bytes (hc->conn, req->resp_head);
           if (req->resp_body != NULL)
@@ -658,7 +662,7 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
       value[req->headers[i].value.len] = '\0';
     }
   req->minor = head->minor_version;
-  req->keep_alive = head->keep_alive && !hc->closing && !atomic_load (&hc->server->stopping);
+  req->keep_alive = head->keep_alive && !hc->closing;
   req->is_head = strcmp (req->method, "HEAD") == 0;
   req->expect_continue = head->expect_continue;
   req->has_body = head->body != WEFT_HTTP_BODY_NONE;
@@ -796,6 +800,41 @@ start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
     hc->timer = weft_context_add_timeout (hc->ctx, BODY_CHECK_MS, body_check, hc, NULL);
 }
 
+/* Shutdown, at a request boundary: read no more, answer what was taken
+ * (the last answer says "Connection: close" unless it is on its way
+ * already: see flush_ready_corked()), then close; idle, at once. Bytes of a request not taken are refused: the
+ * close lingers, so that its client meets a FIN, not a reset that could
+ * destroy the answers before it reads them, and knows from the close
+ * before any answer that the request was never taken (it may retry it,
+ * RFC 9112 9.3.1). */
+static void
+drain_stop (HttpConn *hc)
+{
+  hc->closing = TRUE;
+  hc->input_unread = hc->unparsed;
+  stop_timer (hc);
+  weft_connection_stop_reading (hc->conn);
+  if (hc->n_pending == 0)
+    close_lingering (hc);
+}
+
+/* On a connection's context during shutdown. A request whose bytes have
+ * begun to arrive (its body, or part of its head) is read to its end and
+ * answered, as the connection's last; the connection stops at the
+ * boundary after it (see on_data()). */
+static void
+wind_down_job (gpointer data)
+{
+  HttpConn *hc = data;
+  if (hc->closed || hc->closing || hc->draining)
+    return;
+  hc->draining = TRUE;
+  if (hc->reading != NULL)
+    hc->drain_taken = TRUE;
+  else if (!hc->unparsed)
+    drain_stop (hc);
+}
+
 static gsize
 on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
 {
@@ -829,6 +868,8 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           body_complete (hc);
           continue;
         }
+      if (hc->drain_taken)
+        break; /* draining, and the last request is in: the rest is refused */
       if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
           /* Enough unanswered requests: read on once they are answered. */
@@ -856,6 +897,11 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
       stop_timer (hc);
       WeftHttpRequest *req = take_head (hc, (const char *) data + consumed, (gsize) r, &head, now);
       consumed += (gsize) r;
+      if (hc->draining)
+        {
+          hc->drain_taken = TRUE;
+          req->keep_alive = FALSE;
+        }
       if (head.body == WEFT_HTTP_BODY_NONE)
         {
           req->body = g_bytes_ref (empty_body ());
@@ -871,6 +917,11 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           weft_connection_write (conn, (const guint8 *) cont, sizeof cont - 1);
         }
     }
+  hc->unparsed = consumed < len;
+  /* Draining: stop once the request begun is whole. */
+  if (hc->draining && !hc->closing && !hc->closed && hc->reading == NULL &&
+      (hc->drain_taken || !hc->unparsed))
+    drain_stop (hc);
   return consumed;
 }
 
@@ -893,6 +944,11 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   pthread_mutex_lock (&server->live_lock);
   g_hash_table_add (server->live, hc);
   pthread_mutex_unlock (&server->live_lock);
+  /* Accepted as the shutdown began, after its sweep over the live set:
+   * the lock orders this read after the flag's store. */
+  if (atomic_load (&server->stopping))
+    weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
+                       (GDestroyNotify) weft_http_conn_unref);
   atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
   if (server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] != 0)
     weft_connection_set_write_timeout (conn, (guint) server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS]);
@@ -1240,22 +1296,6 @@ weft_http_server_get_status_json (WeftHttpServer *self)
   return g_string_free (s, FALSE);
 }
 
-/* On a connection's context during shutdown: an idle keep-alive
- * connection closes now; a busy one answers what it has (with
- * "Connection: close") and closes then. */
-static void
-wind_down_job (gpointer data)
-{
-  HttpConn *hc = data;
-  if (hc->closed)
-    return;
-  hc->closing = TRUE;
-  stop_timer (hc);
-  if ((hc->n_pending == 0))
-    weft_connection_close (hc->conn);
-  else
-    weft_connection_stop_reading (hc->conn); /* answers built from now say close */
-}
 
 /**
  * weft_http_server_shutdown:
