@@ -8,6 +8,9 @@
 #include "weft-net-util.h"
 #include "weft-tls-util.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 typedef struct {
   gchar *dir;
   WtCert *ca;
@@ -753,6 +756,199 @@ test_many_handshakes (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/https-hostile ------------------------------------------------- */
+
+/* A blocking OpenSSL client connected to 127.0.0.1:@port (name checked). */
+static SSL *
+ossl_connect (SSL_CTX *cctx, guint16 port)
+{
+  int fd = wt_connect_tcp (port);
+  SSL *ssl = SSL_new (cctx);
+  SSL_set_fd (ssl, fd);
+  SSL_set_tlsext_host_name (ssl, "localhost");
+  SSL_set1_host (ssl, "localhost");
+  if (SSL_connect (ssl) != 1)
+    g_error ("TLS handshake with the HTTPS server failed");
+  return ssl;
+}
+
+static void
+ossl_close (SSL *ssl)
+{
+  int fd = SSL_get_fd (ssl);
+  SSL_free (ssl);
+  close (fd);
+}
+
+static SSL_CTX *
+ossl_client_ctx (int max_version)
+{
+  SSL_CTX *cctx = SSL_CTX_new (TLS_client_method ());
+  g_assert_nonnull (cctx);
+  if (max_version != 0)
+    SSL_CTX_set_max_proto_version (cctx, max_version);
+  SSL_CTX_set_verify (cctx, SSL_VERIFY_PEER, NULL);
+  g_assert_cmpint (SSL_CTX_load_verify_locations (cctx, certs.ca->cert_file, NULL), ==, 1);
+  return cctx;
+}
+
+/* GET / on @ssl; TRUE if the whole answer is 200 "Hello, TLS!". */
+static gboolean
+ossl_get (SSL *ssl)
+{
+  static const char req[] = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  if (SSL_write (ssl, req, sizeof req - 1) != (int) sizeof req - 1)
+    return FALSE;
+  GString *in = g_string_new (NULL);
+  char buf[4096];
+  const char *end;
+  gboolean ok = FALSE;
+  while ((end = strstr (in->str, "\r\n\r\n")) == NULL)
+    {
+      int n = SSL_read (ssl, buf, sizeof buf);
+      if (n <= 0)
+        goto out;
+      g_string_append_len (in, buf, n);
+    }
+  gsize head_len = (gsize) (end - in->str) + 4;
+  while (in->len < head_len + 11)
+    {
+      int n = SSL_read (ssl, buf, sizeof buf);
+      if (n <= 0)
+        goto out;
+      g_string_append_len (in, buf, n);
+    }
+  ok = g_str_has_prefix (in->str, "HTTP/1.1 200 ") && in->len == head_len + 11 &&
+       strcmp (in->str + head_len, "Hello, TLS!") == 0;
+out:
+  g_string_free (in, TRUE);
+  return ok;
+}
+
+static void
+hello_tls (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "Hello, TLS!", 11);
+}
+
+typedef struct {
+  guint16 port;
+  atomic_bool stop;
+  atomic_uint ok;
+  atomic_uint failed;
+} Bystander;
+
+/* A well-behaved HTTPS client on one keep-alive connection, all along. */
+static gpointer
+bystander_thread (gpointer data)
+{
+  Bystander *b = data;
+  SSL_CTX *cctx = ossl_client_ctx (0);
+  SSL *ssl = ossl_connect (cctx, b->port);
+  while (!atomic_load (&b->stop))
+    {
+      if (ossl_get (ssl))
+        atomic_fetch_add (&b->ok, 1);
+      else
+        {
+          atomic_fetch_add (&b->failed, 1);
+          break;
+        }
+    }
+  ossl_close (ssl);
+  SSL_CTX_free (cctx);
+  return NULL;
+}
+
+/* Hostile TLS input against the HTTP server over TLS: plain HTTP, a
+ * ClientHello cut off and left hanging (the handshake timeout), a
+ * renegotiation attempt (refused: no renegotiation at all), a bad record
+ * after the handshake, and a TLS client that stops in the middle of its
+ * request (the header timeout, answered 408 over TLS). Each closes only
+ * its own connection; a client alongside keeps getting its answers. */
+static void
+test_https_hostile (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  weft_tls_config_set_handshake_timeout (config, 300);
+  WeftEngine *engine = wt_engine_new (2);
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, 300);
+  weft_http_server_add_handler (server, "GET", "/", hello_tls, NULL, NULL);
+  WeftListener *listener = weft_http_server_get_listener (server);
+  weft_listener_set_tls (listener, config);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
+  g_assert_true (weft_http_server_start (server, &error));
+  g_assert_no_error (error);
+  guint16 port = weft_listener_get_port (listener, 0);
+
+  Bystander b = { .port = port };
+  GThread *bt = g_thread_new ("bystander", bystander_thread, &b);
+  WT_WAIT_UNTIL (atomic_load (&b.ok) > 0 || atomic_load (&b.failed) > 0);
+  guint mark = atomic_load (&b.ok);
+
+  /* Plain HTTP to the TLS port. */
+  const char *http = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  expect_closed (port, http, strlen (http), FALSE);
+
+  /* A ClientHello record announcing 512 bytes, 10 sent, then silence:
+   * the handshake timeout ends it. */
+  const guint8 part[] = { 0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03,
+                          0x03, 0, 0, 0, 0 };
+  expect_closed (port, part, sizeof part, FALSE);
+
+  /* Renegotiation (TLS 1.2; TLS 1.3 has none): refused. */
+  SSL_CTX *cctx12 = ossl_client_ctx (TLS1_2_VERSION);
+  SSL *ssl = ossl_connect (cctx12, port);
+  g_assert_true (ossl_get (ssl));
+  g_assert_cmpint (SSL_renegotiate (ssl), ==, 1);
+  int r = SSL_do_handshake (ssl);
+  g_test_message ("renegotiation refused: %s", ERR_reason_error_string (ERR_peek_last_error ()));
+  g_assert_cmpint (r, !=, 1);
+  ossl_close (ssl);
+
+  /* A record that is not TLS after a good handshake. */
+  SSL_CTX *cctx = ossl_client_ctx (0);
+  ssl = ossl_connect (cctx, port);
+  g_assert_true (ossl_get (ssl));
+  int fd = SSL_get_fd (ssl);
+  wt_send_all (fd, http, strlen (http));
+  /* Closed (after an alert: in TLS 1.3 an encrypted record, opaque here). */
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (got->len, <, 256);
+  g_byte_array_unref (got);
+  ossl_close (ssl);
+
+  /* Half a request over TLS, then silence: 408, then the close. */
+  ssl = ossl_connect (cctx, port);
+  static const char half[] = "GET / HTTP/1.1\r\nHost: loc";
+  g_assert_cmpint (SSL_write (ssl, half, sizeof half - 1), ==, (int) sizeof half - 1);
+  char buf[512];
+  int n = SSL_read (ssl, buf, sizeof buf - 1);
+  g_assert_cmpint (n, >, 0);
+  buf[n] = '\0';
+  g_assert_true (g_str_has_prefix (buf, "HTTP/1.1 408 "));
+  ossl_close (ssl);
+
+  /* The bystander was served after all of it, and nothing failed. */
+  WT_WAIT_UNTIL (atomic_load (&b.ok) > mark + 10 || atomic_load (&b.failed) > 0);
+  atomic_store (&b.stop, TRUE);
+  g_thread_join (bt);
+  g_assert_cmpuint (atomic_load (&b.failed), ==, 0);
+  g_assert_cmpuint (atomic_load (&b.ok), >, mark + 10);
+  /* Plain HTTP and the cut ClientHello failed their handshakes. */
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (listener), >=, 2);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (listener) == 0);
+  g_assert_cmpuint (weft_listener_get_n_connections (listener), ==, 0);
+
+  SSL_CTX_free (cctx);
+  SSL_CTX_free (cctx12);
+  weft_http_server_unref (server);
+  weft_engine_unref (engine);
+  weft_tls_config_unref (config);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -778,6 +974,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
   g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
+  g_test_add_func ("/tls/https-hostile", test_https_hostile);
   int r = g_test_run ();
 
   wt_cert_free (certs.expired);
