@@ -140,6 +140,9 @@ struct _HttpConn {
   atomic_bool gone;         /* closed, readable from any thread */
   gboolean paused;          /* reading stopped: too many unanswered requests */
   gboolean body_paused;     /* reading stopped: a streamed body not wanted yet */
+  gboolean held;            /* a pause holds bytes read but not parsed; on_data()
+                             * gets them when it resumes */
+  gboolean input_ended;     /* the peer's end came while bytes were held */
   WeftHttpRequest *active;  /* a stream at the head, head written, not done */
   char *peer;               /* the peer's address, for the access log */
 };

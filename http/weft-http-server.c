@@ -138,6 +138,18 @@ stop_timer (HttpConn *hc)
     }
 }
 
+/* The client sends no more: answer what it asked, then close; a request
+ * cut off in its head or body is never answered. */
+static void
+end_of_input (HttpConn *hc)
+{
+  hc->input_ended = FALSE;
+  hc->closing = TRUE;
+  stop_timer (hc);
+  if (hc->reading != NULL || (hc->n_pending == 0))
+    weft_connection_close (hc->conn);
+}
+
 static void
 on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
           gpointer user_data)
@@ -146,12 +158,13 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
   switch (event)
     {
     case WEFT_CONNECTION_EVENT_PEER_CLOSED:
-      /* The client sends no more: answer what it asked, then close; a
-       * request cut off in its head or body is never answered. */
-      hc->closing = TRUE;
-      stop_timer (hc);
-      if (hc->reading != NULL || (hc->n_pending == 0))
-        weft_connection_close (conn);
+      /* Requests the client sent before its end but that a pause holds
+       * unparsed (a deep pipeline, then a half-close) are answered first:
+       * on_data() ends the input once it has parsed them. */
+      if (hc->held)
+        hc->input_ended = TRUE;
+      else
+        end_of_input (hc);
       break;
     case WEFT_CONNECTION_EVENT_DRAINED:
       if (hc->active != NULL)
@@ -332,7 +345,7 @@ flush_ready_corked (HttpConn *hc)
       close_lingering (hc);
       return;
     }
-  if ((hc->n_pending == 0) && hc->reading == NULL)
+  if ((hc->n_pending == 0) && hc->reading == NULL && !hc->held)
     atomic_store_explicit (&hc->idle_since, now != 0 ? now : g_get_monotonic_time (),
                            memory_order_relaxed);
   if (hc->paused &&
@@ -845,6 +858,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   gint64 now = g_get_monotonic_time (); /* one read for the heads of one read */
 
   atomic_store_explicit (&hc->idle_since, 0, memory_order_relaxed);
+  hc->held = FALSE; /* what a pause held comes first in @data */
   while (consumed < len && !hc->closing && !hc->closed)
     {
       if (hc->reading != NULL)
@@ -854,6 +868,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
             {
               /* Its handler has not asked for the body (yet). */
               hc->body_paused = TRUE;
+              hc->held = TRUE;
               weft_connection_stop_reading (conn);
               break;
             }
@@ -874,6 +889,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
         {
           /* Enough unanswered requests: read on once they are answered. */
           hc->paused = TRUE;
+          hc->held = TRUE;
           weft_connection_stop_reading (conn);
           break;
         }
@@ -922,6 +938,8 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   if (hc->draining && !hc->closing && !hc->closed && hc->reading == NULL &&
       (hc->drain_taken || !hc->unparsed))
     drain_stop (hc);
+  if (hc->input_ended && !hc->held && !hc->closing && !hc->closed)
+    end_of_input (hc); /* the requests held are parsed: now the client's end */
   return consumed;
 }
 
