@@ -140,6 +140,8 @@ struct _HttpConn {
   atomic_bool gone;         /* closed, readable from any thread */
   gboolean paused;          /* reading stopped: too many unanswered requests */
   gboolean body_paused;     /* reading stopped: a streamed body not wanted yet */
+  gboolean write_paused;    /* parsing stopped: the answers queued are above
+                             * the write queue's high water mark (until DRAINED) */
   gboolean held;            /* a pause holds bytes read but not parsed; on_data()
                              * gets them when it resumes */
   gboolean input_ended;     /* the peer's end came while bytes were held */

@@ -169,6 +169,14 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
     case WEFT_CONNECTION_EVENT_DRAINED:
       if (hc->active != NULL)
         weft_http_stream_pump (hc->active);
+      if (hc->write_paused && !hc->closing && !hc->closed)
+        {
+          /* Room again: parse what is kept (the reader, installed anew,
+           * gets it from a job). */
+          hc->write_paused = FALSE;
+          if (!hc->paused && !hc->body_paused)
+            weft_connection_start_reading (conn, on_data, hc, NULL);
+        }
       break;
     case WEFT_CONNECTION_EVENT_ERROR:
       break;
@@ -885,6 +893,15 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
         }
       if (hc->drain_taken)
         break; /* draining, and the last request is in: the rest is refused */
+      if (weft_connection_is_write_blocked (conn))
+        {
+          /* The client takes its answers slower than it asks: parse no
+           * more until they drain, or every request of one read (thousands
+           * of small ones) would be answered into memory at once. */
+          hc->write_paused = TRUE;
+          hc->held = TRUE;
+          break;
+        }
       if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
           /* Enough unanswered requests: read on once they are answered. */
