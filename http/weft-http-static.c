@@ -234,6 +234,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       return;
     }
   int fd = open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
+  int open_err = fd < 0 ? errno : 0;
   struct stat st;
   if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
     {
@@ -257,6 +258,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       gchar *index = g_strconcat (*rel != '\0' ? rel : ".", "/index.html", NULL);
       close (fd);
       fd = open_beneath (d->root_fd, index);
+      open_err = fd < 0 ? errno : 0;
       g_free (rel);
       rel = index;
       if (fd >= 0 && fstat (fd, &st) != 0)
@@ -274,7 +276,14 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
     {
       if (fd >= 0)
         close (fd);
-      answer_status (req, fd < 0 && errno == EACCES ? 403 : 404);
+      /* Out of descriptors or memory says nothing about the file: a 404
+       * then would be wrong, and cached as such. */
+      guint status = 404;
+      if (fd < 0 && open_err == EACCES)
+        status = 403;
+      else if (fd < 0 && (open_err == EMFILE || open_err == ENFILE || open_err == ENOMEM))
+        status = 503;
+      answer_status (req, status);
       g_free (rel);
       return;
     }
