@@ -285,13 +285,15 @@ flush_ready_corked (HttpConn *hc)
             weft_connection_write_bytes (hc->conn, req->resp_body);
           if (req->resp_fd >= 0 && req->resp_len > 0)
             {
-              GError *error = NULL;
-              if (!weft_connection_send_file (hc->conn, req->resp_fd, req->resp_off,
-                                              req->resp_len, &error))
+              /* The connection takes the request's descriptor: a dup would
+               * need a second one, and out of descriptors it failed after
+               * the head had promised the length. */
+              int fd = req->resp_fd;
+              req->resp_fd = -1;
+              if (!weft__connection_send_file_take (hc->conn, fd, req->resp_off, req->resp_len))
                 {
                   /* The head promised a length: the connection cannot go on. */
-                  g_info ("HTTP: sending a file failed: %s", error->message);
-                  g_error_free (error);
+                  g_info ("HTTP: sending a file failed: the connection is closed");
                   req->close_after = TRUE;
                 }
             }

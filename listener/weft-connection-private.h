@@ -32,6 +32,11 @@ void weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHoo
                                      gpointer data, GDestroyNotify data_free);
 gpointer weft__connection_get_wait_hook_data (WeftConnection *self);
 gboolean weft__connection_peer_closed (WeftConnection *self);
+/* weft_connection_send_file() without the dup: the connection takes @fd
+ * (and closes it even when it returns FALSE, on a closed connection), so
+ * a file answer needs no second descriptor. Call on the context. */
+gboolean weft__connection_send_file_take (WeftConnection *self, int fd, guint64 offset,
+                                          guint64 length);
 /* Hands bytes kept from before to the reader just installed, now. */
 void weft__connection_deliver_now (WeftConnection *self);
 /* Writes made while corked wait in the queue; uncorking flushes them

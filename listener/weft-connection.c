@@ -1116,6 +1116,21 @@ weft_connection_write_bytes (WeftConnection *self, GBytes *bytes)
   return TRUE;
 }
 
+/* Queues @length bytes of @fd (owned: closed once sent or dropped). */
+static void
+queue_file (WeftConnection *self, int fd, guint64 offset, guint64 length)
+{
+  Chunk *c = g_new (Chunk, 1);
+  c->kind = CHUNK_FILE;
+  c->off = 0;
+  c->len = length;
+  c->file.fd = fd;
+  c->file.pos = offset;
+  append_chunk (self, c);
+  self->wq_bytes += length;
+  queued (self);
+}
+
 /**
  * weft_connection_send_file:
  * @self: a connection
@@ -1154,15 +1169,19 @@ weft_connection_send_file (WeftConnection *self, gint fd, guint64 offset, guint6
                    g_strerror (err));
       return FALSE;
     }
-  Chunk *c = g_new (Chunk, 1);
-  c->kind = CHUNK_FILE;
-  c->off = 0;
-  c->len = length;
-  c->file.fd = copy;
-  c->file.pos = offset;
-  append_chunk (self, c);
-  self->wq_bytes += length;
-  queued (self);
+  queue_file (self, copy, offset, length);
+  return TRUE;
+}
+
+gboolean
+weft__connection_send_file_take (WeftConnection *self, int fd, guint64 offset, guint64 length)
+{
+  if (!can_write (self) || length == 0)
+    {
+      close (fd);
+      return length == 0 && can_write (self);
+    }
+  queue_file (self, fd, offset, length);
   return TRUE;
 }
 
