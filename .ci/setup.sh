@@ -25,7 +25,7 @@ packages=(
   glib-networking   # TLS for GIO and libsoup (examples/soup-smoke.py)
   clang             # tests/fuzz/run: libFuzzer targets
   libclang-rt-14-dev
-  valgrind          # .ci/run: coroutine tests under memcheck; <valgrind/valgrind.h>
+  valgrind          # .ci/run: the tests under memcheck; <valgrind/valgrind.h>
   libuv1-dev        # bench/ comparisons (bench=true by default)
   libevent-dev
   libhttp-parser-dev  # bench-parser: nodejs' http-parser

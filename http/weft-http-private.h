@@ -202,3 +202,7 @@ void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len
 WeftHttpAccessLog *weft_http_access_log_new (int fd);
 void weft_http_access_log_free (WeftHttpAccessLog *log);
 void weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req);
+
+/* weft-http-static.c: for the tests, the openat2-less path */
+void weft__http_static_force_fallback (gboolean force);
+gboolean weft__http_static_uses_fallback (void);

@@ -3,17 +3,22 @@
  * Safety first: the path is percent-decoded once, split on '/', and any
  * ".." segment, NUL or backslash is refused; the file is then opened with
  * openat2(RESOLVE_BENEATH) relative to the root, so no symlink and no
- * trick of the path can leave the root (ENOSYS on kernels before 5.6:
- * refused, not served). Bodies go out with sendfile; ETag and
- * Last-Modified allow 304; single byte ranges give 206 or 416.
+ * trick of the path can leave the root. Where openat2 is missing (ENOSYS:
+ * kernels before 5.6, Valgrind 3.19), the path is walked one component at
+ * a time from the root with O_NOFOLLOW, so no symlink is followed at all:
+ * stricter than RESOLVE_BENEATH, which follows symlinks that stay inside
+ * the root. Bodies go out with sendfile; ETag and Last-Modified allow
+ * 304; single byte ranges give 206 or 416.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "weft-http-server.h"
+#include "weft-http-private.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,15 +42,86 @@ static_dir_free (gpointer data)
   g_free (d);
 }
 
+/* Set once openat2 has answered ENOSYS (or by the tests): from then on
+ * every open walks. Relaxed: each open only needs some value of it, and
+ * both paths are safe. */
+static atomic_bool use_walk;
+
+/* The fallback: @rel ("a/b/c", no "..", as relative_path() makes it) one
+ * component at a time from @root_fd, each opened with O_NOFOLLOW, so a
+ * symlink anywhere on the path fails (ENOTDIR for a directory component
+ * under O_PATH | O_DIRECTORY, ELOOP for the last one): refused, however
+ * the link points. Each step opens relative to the fd of the previous
+ * one, so nothing is resolved twice. errno is that of the failing step. */
+static int
+open_walk (int root_fd, const char *rel)
+{
+  int dir = root_fd;
+  const char *p = rel;
+  for (;;)
+    {
+      const char *slash = strchr (p, '/');
+      gsize n = slash != NULL ? (gsize) (slash - p) : strlen (p);
+      char name[NAME_MAX + 1];
+      int fd;
+      if (n == 0 || n > NAME_MAX || (n == 2 && p[0] == '.' && p[1] == '.'))
+        {
+          /* relative_path() never makes these: refuse rather than trust */
+          fd = -1;
+          errno = n > NAME_MAX ? ENAMETOOLONG : ENOENT;
+        }
+      else
+        {
+          memcpy (name, p, n);
+          name[n] = '\0';
+          /* O_NONBLOCK on the last one: see open_beneath() */
+          fd = slash != NULL
+                 ? openat (dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                 : openat (dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        }
+      if (dir != root_fd)
+        {
+          int err = errno;
+          close (dir);
+          errno = err;
+        }
+      if (fd < 0 || slash == NULL)
+        return fd;
+      dir = fd;
+      p = slash + 1;
+    }
+}
+
 static int
 open_beneath (int root_fd, const char *rel)
 {
-  /* O_NONBLOCK: opening a FIFO must not block the worker (it is then
-   * refused as not a regular file); it changes nothing for files. */
-  struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
-  long fd = syscall (SYS_openat2, root_fd, rel, &how, sizeof how);
-  return fd < 0 ? -1 : (int) fd;
+  if (!atomic_load_explicit (&use_walk, memory_order_relaxed))
+    {
+      /* O_NONBLOCK: opening a FIFO must not block the worker (it is then
+       * refused as not a regular file); it changes nothing for files. */
+      struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
+      long fd = syscall (SYS_openat2, root_fd, rel, &how, sizeof how);
+      if (fd >= 0 || errno != ENOSYS)
+        return fd < 0 ? -1 : (int) fd;
+      atomic_store_explicit (&use_walk, true, memory_order_relaxed);
+    }
+  return open_walk (root_fd, rel);
+}
+
+/* For the tests: walk whether or not openat2 exists (TRUE), or try
+ * openat2 again (FALSE). */
+void
+weft__http_static_force_fallback (gboolean force)
+{
+  atomic_store_explicit (&use_walk, force != FALSE, memory_order_relaxed);
+}
+
+/* For the tests: whether opens walk now. */
+gboolean
+weft__http_static_uses_fallback (void)
+{
+  return atomic_load_explicit (&use_walk, memory_order_relaxed);
 }
 
 static int
@@ -349,7 +425,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
  * single byte ranges (206, 416), bodies sent with sendfile. Nothing
  * outside @root is ever served: ".." segments (also percent-encoded) are
  * refused and files are opened with openat2(RESOLVE_BENEATH), so symlinks
- * cannot lead out either. No directory listings.
+ * cannot lead out either. Where openat2 is missing (Linux before 5.6), no
+ * symlink under @root is followed at all. No directory listings.
  *
  * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
  *   directory

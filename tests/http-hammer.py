@@ -5,11 +5,14 @@ valid requests, pipelined mixes, mangled bytes, heads dribbled 7 bytes at
 a time, oversized targets and headers, half-closes and resets. Afterwards
 the server must still answer GET / correctly and exit 0 on SIGTERM. Under
 the ASan and TSan builds this is where memory and threading errors in the
-HTTP layer show."""
-import random, re, signal, socket, subprocess, sys, time
+HTTP layer show. WEFT_TEST_WRAPPER, if set, is a command the server runs
+under (.ci/run: valgrind, whose error exit code then fails the test)."""
+import os, random, re, shlex, signal, socket, subprocess, sys, time
 
 server, seconds = sys.argv[1], float(sys.argv[2])
-p = subprocess.Popen([server, '--port', '0', '--workers', '2'], stdout=subprocess.PIPE, text=True)
+wrapper = shlex.split(os.environ.get('WEFT_TEST_WRAPPER', ''))
+p = subprocess.Popen(wrapper + [server, '--port', '0', '--workers', '2'], stdout=subprocess.PIPE,
+                     text=True)
 try:
     m = re.search(r':(\d+)/', p.stdout.readline())
     assert m, 'no port'

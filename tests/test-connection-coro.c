@@ -19,6 +19,7 @@ static atomic_int bodies_freed;
 static _Atomic (WeftCoro *) running_coro;
 static atomic_int max_queued;
 static atomic_int waits_seen;
+static atomic_int write_must_wait; /* flood_body: a write that has to wait */
 
 typedef struct {
   WeftConnection *conn; /* ref */
@@ -357,6 +358,10 @@ flood_body (WeftConnection *conn)
       for (guint i = 0; i < BP_PIECE; i++)
         piece[i] = (guint8) ((off + i) % 251);
       gsize before = weft_connection_get_write_queued (conn);
+      /* Queued output means the socket is full, and the peer reads
+       * nothing until this is set: this write must wait for the drain. */
+      if (before + BP_PIECE > BP_HIGH)
+        atomic_store (&write_must_wait, 1);
       g_assert_true (weft_connection_coro_write (conn, piece, BP_PIECE, 10000, &error));
       g_assert_no_error (error);
       gsize queued = weft_connection_get_write_queued (conn);
@@ -375,9 +380,13 @@ test_write_backpressure (void)
   WtServer srv;
   atomic_store (&max_queued, 0);
   atomic_store (&waits_seen, 0);
+  atomic_store (&write_must_wait, 0);
   start (&srv, flood_body);
   int fd = wt_connect_tcp (srv.port);
-  g_usleep (200000); /* the socket fills, the queue reaches the high mark */
+  /* The socket fills and the queue reaches the high mark. Waited for, not
+   * slept: under Valgrind 200 ms did not fill the socket, the reads kept
+   * up and no write ever had to wait. */
+  WT_WAIT_UNTIL (wt_load (&write_must_wait) == 1);
   GByteArray *all = wt_recv_to_eof (fd, FALSE, NULL);
   g_assert_cmpuint (all->len, ==, BP_TOTAL);
   for (guint i = 0; i < all->len; i++)
