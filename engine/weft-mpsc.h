@@ -15,6 +15,13 @@
 
 typedef struct _WeftNode WeftNode;
 
+/* A seam for tests/test-internal.c, which defines it before including this
+ * header: runs in weft__mpsc_pop() between its look at the head and its
+ * re-push of the stub, where a producer's exchange can land. */
+#ifndef WEFT__MPSC_BEFORE_STUB_PUSH
+#define WEFT__MPSC_BEFORE_STUB_PUSH(q) ((void) 0)
+#endif
+
 /* What an inbox or run-queue node is; the owner switches on it. */
 typedef enum {
   WEFT_NODE_STUB,
@@ -35,7 +42,7 @@ struct _WeftNode {
 typedef struct {
   WeftNode *_Atomic head;   /* producers exchange here */
   char pad_[64 - sizeof (void *)];
-  WeftNode *tail;           /* consumer only */
+  WeftNode *_Atomic tail;   /* written by the consumer only; see _nonempty */
   WeftNode stub;
 } WeftMpsc;
 
@@ -45,7 +52,7 @@ weft__mpsc_init (WeftMpsc *q)
   atomic_store_explicit (&q->stub.next, NULL, memory_order_relaxed);
   q->stub.kind = WEFT_NODE_STUB;
   atomic_store_explicit (&q->head, &q->stub, memory_order_relaxed);
-  q->tail = &q->stub;
+  atomic_store_explicit (&q->tail, &q->stub, memory_order_relaxed);
 }
 
 /* Returns TRUE when the queue looked empty before this push. The exchange is
@@ -59,13 +66,20 @@ weft__mpsc_push (WeftMpsc *q, WeftNode *n)
   atomic_store_explicit (&prev->next, n, memory_order_release);
 }
 
-/* TRUE if a push has started that the consumer has not popped yet. Reads
- * only the head, so any thread may ask: a drained queue always ends with the
- * consumer re-pushing the stub, so "head is the stub" means truly empty. */
+/* TRUE if a push has started that the consumer has not popped yet. A head
+ * other than the stub is a push not yet popped; but the head alone is not
+ * enough: when the consumer pops the last node and re-pushes the stub just
+ * after a producer exchanged the head and before it linked, the head is the
+ * stub again while that node and the producer's wait behind the tail. The
+ * tail is the stub only once everything before the stub is popped. A
+ * context releasing itself on the head alone lost both jobs: the producer,
+ * seeing it still scheduled, left them to it. Exact for the consumer; any
+ * other thread may ask, and gets a hint (the tail is the consumer's). */
 static inline gboolean
 weft__mpsc_nonempty (WeftMpsc *q)
 {
-  return atomic_load_explicit (&q->head, memory_order_seq_cst) != &q->stub;
+  return atomic_load_explicit (&q->head, memory_order_seq_cst) != &q->stub ||
+         atomic_load_explicit (&q->tail, memory_order_relaxed) != &q->stub;
 }
 
 /* Pops the oldest node. NULL when empty, or while a producer is between its
@@ -73,29 +87,32 @@ weft__mpsc_nonempty (WeftMpsc *q)
 static inline WeftNode *
 weft__mpsc_pop (WeftMpsc *q)
 {
-  WeftNode *tail = q->tail;
+  /* Relaxed: the consumer is the only writer of the tail; other threads
+   * read it only in weft__mpsc_nonempty(). */
+  WeftNode *tail = atomic_load_explicit (&q->tail, memory_order_relaxed);
   WeftNode *next = atomic_load_explicit (&tail->next, memory_order_acquire);
 
   if (tail == &q->stub)
     {
       if (next == NULL)
         return NULL;
-      q->tail = next;
+      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
       tail = next;
       next = atomic_load_explicit (&next->next, memory_order_acquire);
     }
   if (next != NULL)
     {
-      q->tail = next;
+      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
       return tail;
     }
   if (tail != atomic_load_explicit (&q->head, memory_order_acquire))
     return NULL;
+  WEFT__MPSC_BEFORE_STUB_PUSH (q);
   weft__mpsc_push (q, &q->stub);
   next = atomic_load_explicit (&tail->next, memory_order_acquire);
   if (next != NULL)
     {
-      q->tail = next;
+      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
       return tail;
     }
   return NULL;

@@ -2,6 +2,13 @@
  * models: the source id map, the timer heap, the MPSC queue, the job cache.
  * Linked against the static copy of the library (weft_internal_dep).
  */
+/* Before the headers: weft__mpsc_pop() inlined here calls it (see
+ * test_mpsc_nonempty_while_stub_repushed). */
+static void stub_race_hook (void *queue);
+static struct _WeftNode *stub_race_node; /* exchanged in by the next stub re-push */
+static struct _WeftNode *stub_race_prev;
+#define WEFT__MPSC_BEFORE_STUB_PUSH(q) stub_race_hook (q)
+
 #include "weft-context-private.h"
 
 /* ---- id map ------------------------------------------------------------ */
@@ -204,6 +211,55 @@ test_mpsc_fifo_per_producer (void)
   g_assert_false (weft__mpsc_nonempty (&queue));
 }
 
+/* The consumer pops the last node while a producer is between its exchange
+ * and its link: the pop re-pushes the stub behind the producer's node, so
+ * the head is the stub again although two nodes wait. A context that took
+ * "head is the stub" for empty released itself with both jobs queued and
+ * nobody to run them. The producer's exchange is made from the pop's seam
+ * (WEFT__MPSC_BEFORE_STUB_PUSH), its link held back until the consumer has
+ * looked: the interleaving happens every time, not by chance. */
+static void
+stub_race_hook (void *queue)
+{
+  WeftMpsc *q = queue;
+  if (stub_race_node == NULL)
+    return;
+  atomic_store_explicit (&stub_race_node->next, NULL, memory_order_relaxed);
+  stub_race_prev = atomic_exchange (&q->head, stub_race_node);
+  stub_race_node = NULL;
+}
+
+static void
+test_mpsc_nonempty_while_stub_repushed (void)
+{
+  g_test_summary ("A push that has made its exchange but not its link keeps the queue "
+                  "nonempty even when the consumer, popping the node before it, has "
+                  "re-pushed the stub in between (the head is the stub again)");
+
+  WeftMpsc q;
+  WeftNode a = { 0 }, c = { 0 };
+
+  weft__mpsc_init (&q);
+  weft__mpsc_push (&q, &a);
+  stub_race_node = &c;
+  /* a is the last node: the pop re-pushes the stub, after c's exchange. */
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_null (stub_race_node);
+  g_assert_true (stub_race_prev == &a);
+  g_assert_true (atomic_load (&q.head) == &q.stub);
+  g_assert_true (weft__mpsc_nonempty (&q));
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_true (weft__mpsc_nonempty (&q));
+
+  /* The producer's link: both come out, in order, and the queue is empty. */
+  atomic_store_explicit (&stub_race_prev->next, &c, memory_order_release);
+  g_assert_true (weft__mpsc_pop (&q) == &a);
+  g_assert_true (weft__mpsc_nonempty (&q));
+  g_assert_true (weft__mpsc_pop (&q) == &c);
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+}
+
 /* ---- job cache --------------------------------------------------------- */
 
 static gpointer
@@ -249,6 +305,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
   g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
+  g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
+                   test_mpsc_nonempty_while_stub_repushed);
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
   return g_test_run ();
 }
