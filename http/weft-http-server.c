@@ -903,6 +903,17 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   weft_connection_start_reading (conn, on_data, hc, NULL);
 }
 
+/* Serves @conn as if the listener had accepted it: for
+ * tests/fuzz/fuzz-http-connection.c, which drives a socketpair through the
+ * real state machine. Same rules as on_accept(): on @conn's context, or
+ * before that context is dispatched; @self started. */
+void
+weft__http_server_adopt (WeftHttpServer *self, WeftConnection *conn)
+{
+  g_return_if_fail (self != NULL && self->started);
+  on_accept (self->listener, conn, self);
+}
+
 /* ---- the server --------------------------------------------------------- */
 
 /**

@@ -9,7 +9,7 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
-#include "weft-http-server.h"
+#include "weft-http-private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,8 +37,9 @@ static_dir_free (gpointer data)
   g_free (d);
 }
 
-static int
-open_beneath (int root_fd, const char *rel)
+/* Internal (weft-http-private.h), for tests/fuzz/fuzz-http-static.c. */
+int
+weft__http_static_open_beneath (int root_fd, const char *rel)
 {
   /* O_NONBLOCK: opening a FIFO must not block the worker (it is then
    * refused as not a regular file); it changes nothing for files. */
@@ -55,9 +56,10 @@ hexval (char c)
 }
 
 /* Decodes @path (after the prefix) into a relative path, or NULL if it is
- * not acceptable. "" stands for the root itself. */
-static gchar *
-relative_path (const char *path)
+ * not acceptable. "" stands for the root itself. Internal
+ * (weft-http-private.h), for the fuzz target. */
+gchar *
+weft__http_static_relative_path (const char *path)
 {
   GString *dec = g_string_new (NULL);
   for (const char *p = path; *p != '\0'; p++)
@@ -218,7 +220,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   /* The router matched the decoded path against the prefix: decode the
    * whole path and take the prefix off its decoded, normalised form (the
    * raw path may spell the prefix with escapes). */
-  g_autofree gchar *full = relative_path (path);
+  g_autofree gchar *full = weft__http_static_relative_path (path);
   gchar *rel = NULL;
   if (full != NULL)
     {
@@ -233,7 +235,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
       return;
     }
-  int fd = open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
+  int fd = weft__http_static_open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
   struct stat st;
   if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
     {
@@ -256,7 +258,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
         }
       gchar *index = g_strconcat (*rel != '\0' ? rel : ".", "/index.html", NULL);
       close (fd);
-      fd = open_beneath (d->root_fd, index);
+      fd = weft__http_static_open_beneath (d->root_fd, index);
       g_free (rel);
       rel = index;
       if (fd >= 0 && fstat (fd, &st) != 0)
@@ -351,7 +353,7 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (url_prefix != NULL && url_prefix[0] == '/', FALSE);
-  g_autofree gchar *norm = relative_path (url_prefix);
+  g_autofree gchar *norm = weft__http_static_relative_path (url_prefix);
   g_return_val_if_fail (norm != NULL, FALSE); /* no "..", no bad escapes */
   g_return_val_if_fail (root != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
@@ -366,7 +368,7 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
   StaticDir *d = g_new0 (StaticDir, 1);
   d->root_fd = fd;
   d->prefix = g_strdup (url_prefix);
-  d->norm_prefix = relative_path (url_prefix);
+  d->norm_prefix = weft__http_static_relative_path (url_prefix);
   g_assert (d->norm_prefix != NULL); /* checked above */
   gchar *pattern = g_strconcat (url_prefix, "*", NULL);
   weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
