@@ -138,6 +138,37 @@ stop_timer (HttpConn *hc)
     }
 }
 
+/* The client's end came in the middle of the body of hc->reading, the
+ * newest request, while older ones still wait for their answers: those
+ * must still go out (closing at once lost them; found by
+ * fuzz-http-connection). The cut-off request leaves the line unanswered;
+ * its stream and body reader hear of it now, and what its handler still
+ * writes or answers goes nowhere. */
+static void
+drop_cut_off (HttpConn *hc)
+{
+  WeftHttpRequest *req = hc->reading;
+  WeftHttpRequest *prev = hc->pending_head;
+  g_assert (hc->pending_tail == req && prev != req);
+  while (prev->next != req)
+    prev = prev->next;
+  prev->next = NULL;
+  hc->pending_tail = prev;
+  hc->n_pending--;
+  hc->reading = NULL;
+  hc->body_paused = FALSE;
+  if (hc->body != NULL)
+    {
+      g_byte_array_unref (hc->body);
+      hc->body = NULL;
+    }
+  atomic_store (&req->finish_called, TRUE);
+  req->stream_done = TRUE;
+  req->producer_on = FALSE;
+  weft_http_stream_release (req);
+  weft_http_request_unref (req);
+}
+
 static void
 on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
           gpointer user_data)
@@ -150,6 +181,8 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
        * request cut off in its head or body is never answered. */
       hc->closing = TRUE;
       stop_timer (hc);
+      if (hc->reading != NULL && weft_http_pending_peek (hc) != hc->reading)
+        drop_cut_off (hc);
       if (hc->reading != NULL || (hc->n_pending == 0))
         weft_connection_close (conn);
       break;
