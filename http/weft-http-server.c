@@ -482,11 +482,22 @@ fail_request (HttpConn *hc, guint status)
   hc->input_unread = status != 408;
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
+  GDestroyNotify body_notify = NULL;
+  gpointer body_data = NULL;
   if (req->body_func != NULL && !req->body_done)
     {
-      /* A streamed body that will not end: its reader learns it when the
-       * request's notifies run (the connection closes after the answer). */
+      /* A streamed body that will not end: its reader hears of it at the
+       * end of this function (its notify runs), once the answer is out.
+       * Not when the request is freed: a handler that holds the request
+       * while it waits for the body (a coroutine on a condition) would
+       * wait for ever, and hold the connection's context with it (found
+       * by fuzz-http-connection). */
       req->body_done = TRUE;
+      body_notify = req->body_notify;
+      body_data = req->body_data;
+      req->body_func = NULL;
+      req->body_notify = NULL;
+      req->body_data = NULL;
     }
   if (!atomic_load (&req->responded))
     weft_http_respond_self (req, status, TRUE);
@@ -503,6 +514,8 @@ fail_request (HttpConn *hc, guint status)
         }
       weft_http_flush_ready (hc);
     }
+  if (body_notify != NULL)
+    body_notify (body_data);
 }
 
 static gboolean
