@@ -98,9 +98,13 @@ static void
 param (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
 {
   const char *name = weft_http_request_get_param (req, "name");
-  if (name == NULL || name[0] == '\0')
+  if (name == NULL || name[0] == '\0' || strcmp (weft_http_request_get_method (req), "GET") != 0 ||
+      strchr (weft_http_request_get_query (req), '#') != NULL)
     abort ();
-  respond_text (req, 200, weft_http_request_get_query_param (req, "q") != NULL ? "q\n" : "no q\n");
+  GHashTable *q = weft_http_request_get_query_params (req);
+  if ((g_hash_table_lookup (q, "q") != NULL) != (weft_http_request_get_query_param (req, "q") != NULL))
+    abort ();
+  respond_text (req, 200, g_hash_table_size (q) > 0 ? "query\n" : "no query\n");
 }
 
 /* The whole body (default handler): its length and a sum. */
@@ -123,7 +127,9 @@ big (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
 {
   static guint8 block[20000];
   memset (block, 'b', sizeof block);
-  weft_http_request_respond (req, 200, "application/octet-stream", block, sizeof block);
+  GBytes *b = g_bytes_new_static (block, sizeof block);
+  weft_http_request_respond_bytes (req, 200, "application/octet-stream", b);
+  g_bytes_unref (b);
 }
 
 /* The request's X-Echo in a response header: whatever the parser let in
@@ -157,7 +163,9 @@ stream (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
   if (n == 0)
     {
       weft_http_request_respond_stream (req, 200, "text/plain", NULL, NULL, NULL);
-      weft_http_request_write (req, (const guint8 *) "now\n", 4);
+      GBytes *b = g_bytes_new_static ("now\n", 4);
+      weft_http_request_write_bytes (req, b);
+      g_bytes_unref (b);
       weft_http_request_write (req, (const guint8 *) "done\n", 5);
       weft_http_request_finish (req);
       return;
@@ -610,8 +618,14 @@ check_answers (const GByteArray *out, const guint8 *input, gsize input_len, guin
               if (starts (p + line, l, "Content-Length: "))
                 {
                   has_len = TRUE;
+                  if (l == 16 || l > 16 + 19)
+                    fail ("bad Content-Length", out, line);
                   for (gsize i = 16; i < l; i++)
-                    clen = clen * 10 + (guint64) (p[line + i] - '0');
+                    {
+                      if (!g_ascii_isdigit (p[line + i]))
+                        fail ("bad Content-Length", out, line);
+                      clen = clen * 10 + (guint64) (p[line + i] - '0');
+                    }
                 }
               else if (starts (p + line, l, "Transfer-Encoding: chunked") && l == 26)
                 chunked = TRUE;
