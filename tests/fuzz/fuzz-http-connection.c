@@ -99,7 +99,10 @@ static void
 param (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
 {
   const char *name = weft_http_request_get_param (req, "name");
-  if (name == NULL || name[0] == '\0' || strcmp (weft_http_request_get_method (req), "GET") != 0 ||
+  const char *method = weft_http_request_get_method (req);
+  /* (A GET route serves HEAD too.) */
+  if (name == NULL || name[0] == '\0' ||
+      (strcmp (method, "GET") != 0 && strcmp (method, "HEAD") != 0) ||
       strchr (weft_http_request_get_query (req), '#') != NULL)
     abort ();
   GHashTable *q = weft_http_request_get_query_params (req);
