@@ -106,7 +106,8 @@ param (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
       strchr (weft_http_request_get_query (req), '#') != NULL)
     abort ();
   GHashTable *q = weft_http_request_get_query_params (req);
-  if ((g_hash_table_lookup (q, "q") != NULL) != (weft_http_request_get_query_param (req, "q") != NULL))
+  gboolean has_q = g_hash_table_lookup (q, "q") != NULL;
+  if (has_q != (weft_http_request_get_query_param (req, "q") != NULL))
     abort ();
   respond_text (req, 200, g_hash_table_size (q) > 0 ? "query\n" : "no query\n");
 }
@@ -583,7 +584,8 @@ check_answers (const GByteArray *out, const guint8 *input, gsize input_len, guin
           !g_ascii_isdigit (p[at + 9]) || !g_ascii_isdigit (p[at + 10]) ||
           !g_ascii_isdigit (p[at + 11]) || p[at + 12] != ' ')
         fail ("no status line", out, at);
-      guint status = (guint) ((p[at + 9] - '0') * 100 + (p[at + 10] - '0') * 10 + (p[at + 11] - '0'));
+      guint status =
+          (guint) ((p[at + 9] - '0') * 100 + (p[at + 10] - '0') * 10 + (p[at + 11] - '0'));
       static const guint known[] = { 100, 200, 206, 301, 304, 400, 403, 404, 405,
                                      413, 414, 416, 431, 501, 505 };
       gboolean ok = FALSE;
@@ -761,7 +763,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   weft_engine_get_stats (F.engine, &st);
   if (st.n_contexts != F.n_contexts)
     {
-      fprintf (stderr, "fuzz-http-connection: %" G_GUINT64_FORMAT " contexts left, %" G_GUINT64_FORMAT
+      fprintf (stderr,
+               "fuzz-http-connection: %" G_GUINT64_FORMAT " contexts left, %" G_GUINT64_FORMAT
                " before\n", (guint64) st.n_contexts, F.n_contexts);
       abort ();
     }

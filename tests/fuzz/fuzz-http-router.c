@@ -383,7 +383,8 @@ check_query (const char *query)
       if (name_len == 0)
         continue;
       GString *name = model_decode (*p, name_len, TRUE);
-      GString *value = eq != NULL ? model_decode (eq + 1, strlen (eq + 1), TRUE) : g_string_new (NULL);
+      GString *value =
+          eq != NULL ? model_decode (eq + 1, strlen (eq + 1), TRUE) : g_string_new (NULL);
       if (name != NULL && value != NULL && !g_hash_table_contains (want, name->str))
         g_hash_table_insert (want, g_strdup (name->str), g_strdup (value->str));
       if (name != NULL)
