@@ -14,7 +14,7 @@
 #ifdef WEFT_HAVE_VALGRIND
 #include <valgrind/valgrind.h>
 #endif
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef WEFT_CORO_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -99,7 +99,7 @@ local (void)
 }
 
 /* Not under the sanitizers: a reused object would hide a use after free. */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(WEFT_CORO_ASAN) && !defined(WEFT_CORO_TSAN)
 #define OBJECT_CACHE 1
 #endif
 
@@ -177,7 +177,7 @@ weft__coro_stack_get (gsize size)
 void
 weft__coro_stack_put (WeftCoroStack *s)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef WEFT_CORO_ASAN
   /* The frames that ended on it leave ASan's scope marks: a new coroutine
    * starts on clean memory. */
   __asan_unpoison_memory_region (s->lo, s->size);

@@ -37,12 +37,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_CORO_ASAN 1
+#ifdef WEFT_CORO_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_CORO_TSAN 1
+#ifdef WEFT_CORO_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
 

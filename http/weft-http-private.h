@@ -188,6 +188,9 @@ HttpConn *weft_http_conn_ref (HttpConn *hc);
 void weft_http_conn_unref (HttpConn *hc);
 void weft_http_flush_ready (HttpConn *hc);
 void weft_http_resume_body (HttpConn *hc);
+/* What the listener's accept callback does, for a connection made
+ * elsewhere (the whole-connection fuzz target). */
+void weft__http_server_adopt (WeftHttpServer *self, WeftConnection *conn);
 
 /* weft-http-request.c */
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);
@@ -197,6 +200,15 @@ void weft_http_stream_pump (WeftHttpRequest *req);
 void weft_http_stream_release (WeftHttpRequest *req);
 void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len,
                              gboolean done);
+
+/* weft-http-static.c: the path resolver, internal so that
+ * tests/fuzz/fuzz-http-static.c can reach it. relative_path decodes a
+ * request path into one relative to the root (no "..", NUL or backslash;
+ * "" for the root), or NULL; open_beneath opens it under @root_fd with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), or by the O_NOFOLLOW
+ * walk where openat2 is missing; -1 (errno set) on failure. */
+gchar *weft__http_static_relative_path (const char *path);
+int weft__http_static_open_beneath (int root_fd, const char *rel);
 
 /* weft-http-log.c */
 WeftHttpAccessLog *weft_http_access_log_new (int fd);

@@ -47,7 +47,7 @@ static_dir_free (gpointer data)
  * both paths are safe. */
 static atomic_bool use_walk;
 
-/* The fallback: @rel ("a/b/c", no "..", as relative_path() makes it) one
+/* The fallback: @rel ("a/b/c", no "..", as weft__http_static_relative_path() makes it) one
  * component at a time from @root_fd, each opened with O_NOFOLLOW, so a
  * symlink anywhere on the path fails (ENOTDIR for a directory component
  * under O_PATH | O_DIRECTORY, ELOOP for the last one): refused, however
@@ -66,7 +66,7 @@ open_walk (int root_fd, const char *rel)
       int fd;
       if (n == 0 || n > NAME_MAX || (n == 2 && p[0] == '.' && p[1] == '.'))
         {
-          /* relative_path() never makes these: refuse rather than trust */
+          /* weft__http_static_relative_path() never makes these: refuse rather than trust */
           fd = -1;
           errno = n > NAME_MAX ? ENAMETOOLONG : ENOENT;
         }
@@ -74,7 +74,7 @@ open_walk (int root_fd, const char *rel)
         {
           memcpy (name, p, n);
           name[n] = '\0';
-          /* O_NONBLOCK on the last one: see open_beneath() */
+          /* O_NONBLOCK on the last one: see weft__http_static_open_beneath() */
           fd = slash != NULL
                  ? openat (dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                  : openat (dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -92,8 +92,9 @@ open_walk (int root_fd, const char *rel)
     }
 }
 
-static int
-open_beneath (int root_fd, const char *rel)
+/* Internal (weft-http-private.h), also for tests/fuzz/fuzz-http-static.c. */
+int
+weft__http_static_open_beneath (int root_fd, const char *rel)
 {
   if (!atomic_load_explicit (&use_walk, memory_order_relaxed))
     {
@@ -131,9 +132,10 @@ hexval (char c)
 }
 
 /* Decodes @path (after the prefix) into a relative path, or NULL if it is
- * not acceptable. "" stands for the root itself. */
-static gchar *
-relative_path (const char *path)
+ * not acceptable. "" stands for the root itself. Internal
+ * (weft-http-private.h), for the fuzz target. */
+gchar *
+weft__http_static_relative_path (const char *path)
 {
   GString *dec = g_string_new (NULL);
   for (const char *p = path; *p != '\0'; p++)
@@ -294,7 +296,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   /* The router matched the decoded path against the prefix: decode the
    * whole path and take the prefix off its decoded, normalised form (the
    * raw path may spell the prefix with escapes). */
-  g_autofree gchar *full = relative_path (path);
+  g_autofree gchar *full = weft__http_static_relative_path (path);
   gchar *rel = NULL;
   if (full != NULL)
     {
@@ -309,7 +311,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
       return;
     }
-  int fd = open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
+  int fd = weft__http_static_open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
   int open_err = fd < 0 ? errno : 0;
   struct stat st;
   if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
@@ -333,7 +335,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
         }
       gchar *index = g_strconcat (*rel != '\0' ? rel : ".", "/index.html", NULL);
       close (fd);
-      fd = open_beneath (d->root_fd, index);
+      fd = weft__http_static_open_beneath (d->root_fd, index);
       open_err = fd < 0 ? errno : 0;
       g_free (rel);
       rel = index;
@@ -437,7 +439,7 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (url_prefix != NULL && url_prefix[0] == '/', FALSE);
-  g_autofree gchar *norm = relative_path (url_prefix);
+  g_autofree gchar *norm = weft__http_static_relative_path (url_prefix);
   g_return_val_if_fail (norm != NULL, FALSE); /* no "..", no bad escapes */
   g_return_val_if_fail (root != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
@@ -452,7 +454,7 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
   StaticDir *d = g_new0 (StaticDir, 1);
   d->root_fd = fd;
   d->prefix = g_strdup (url_prefix);
-  d->norm_prefix = relative_path (url_prefix);
+  d->norm_prefix = weft__http_static_relative_path (url_prefix);
   g_assert (d->norm_prefix != NULL); /* checked above */
   gchar *pattern = g_strconcat (url_prefix, "*", NULL);
   weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
