@@ -565,11 +565,15 @@ typedef struct {
   WeftContext *noise;
 } Migr;
 
+#define MIGR_MAX_ROUNDS 200000
+
 static gpointer
 errno_waiter (gpointer data)
 {
   Migr *m = data;
-  for (gint i = 1; i <= 2000; i++)
+  /* At least 2000 rounds, and on until it has run on both workers: on a
+   * loaded machine one worker may take every resumption for a while. */
+  for (gint i = 1; i <= MIGR_MAX_ROUNDS; i++)
     {
       errno = i;
       /* Resumed by a post from a thread outside the engine: whichever
@@ -582,7 +586,10 @@ errno_waiter (gpointer data)
         atomic_fetch_add (&m->errors, 1);
       pthread_mutex_lock (&m->lock);
       g_hash_table_add (m->threads, g_thread_self ());
+      guint n_threads = g_hash_table_size (m->threads);
       pthread_mutex_unlock (&m->lock);
+      if (i >= 2000 && n_threads >= 2)
+        break;
     }
   atomic_store (&m->stop, 1);
   return NULL;
