@@ -130,7 +130,8 @@ struct _HttpConn {
   gboolean closing;         /* read no more; close after the queued answers */
   gboolean draining;        /* shutdown: finish the request begun, then close */
   gboolean drain_taken;     /* draining: the last request's head is taken */
-  gboolean unparsed;        /* on_data left bytes (a head begun) for later */
+  gboolean unparsed;        /* on_data left bytes of a head begun (more than
+                             * empty lines) for later */
   gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
                                 * dispatch (as a callback handler would) */

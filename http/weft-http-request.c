@@ -990,20 +990,45 @@ weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gbo
   weft_http_request_unref (req);
 }
 
+/* On the context: the body will never come (the connection is gone, or
+ * the request was cut off or refused before its reader asked). The reader
+ * gets no done call, only its notify, and now rather than when the request
+ * is freed: a coroutine waiting for the body holds the request. */
+static void
+body_abandon (WeftHttpRequest *req)
+{
+  if (req->body_done)
+    return;
+  req->body_done = TRUE;
+  GDestroyNotify bn = req->body_notify;
+  gpointer bd = req->body_data;
+  req->body_func = NULL;
+  req->body_notify = NULL;
+  req->body_data = NULL;
+  if (bn != NULL)
+    bn (bd);
+}
+
 static void
 read_body_job (gpointer data)
 {
   WeftHttpRequest *req = data;
   HttpConn *hc = req->hc;
   if (hc->closed)
-    return;
+    {
+      body_abandon (req);
+      return;
+    }
   if (!req->has_body)
     {
       weft_http_body_deliver (req, NULL, 0, TRUE);
       return;
     }
   if (hc->reading != req)
-    return;
+    {
+      body_abandon (req);
+      return;
+    }
   /* The client waits for this before sending the body; say it only if
    * nothing of the body came yet and no earlier answer is still due. */
   if (req->expect_continue && hc->body_bytes == 0 && weft_http_pending_peek (hc) == req &&

@@ -904,10 +904,33 @@ wind_down_job (gpointer data)
     drain_stop (hc);
 }
 
+/* TRUE if @data is only CR and LF: empty lines between requests, which
+ * RFC 9112 §2.2 lets a server ignore; they begin no request. */
+static gboolean
+only_empty_lines (const guint8 *data, gsize len)
+{
+  for (gsize i = 0; i < len; i++)
+    if (data[i] != '\r' && data[i] != '\n')
+      return FALSE;
+  return TRUE;
+}
+
+static gsize on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc);
+
+/* Held for the call: a handler's answer, a flush or the drain may close
+ * the connection inside, and CLOSED drops the connection's reference. */
 static gsize
 on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
 {
-  HttpConn *hc = user_data;
+  HttpConn *hc = weft_http_conn_ref (user_data);
+  gsize consumed = on_data_held (conn, data, len, hc);
+  weft_http_conn_unref (hc);
+  return consumed;
+}
+
+static gsize
+on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
+{
   WeftHttpServer *server = hc->server;
   gsize consumed = 0;
   WeftHttpHeader headers[MAX_HEADERS];
@@ -1002,7 +1025,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
           weft_connection_write (conn, (const guint8 *) cont, sizeof cont - 1);
         }
     }
-  hc->unparsed = consumed < len;
+  hc->unparsed = consumed < len && !only_empty_lines (data + consumed, len - consumed);
   /* Draining: stop once the request begun is whole. */
   if (hc->draining && !hc->closing && !hc->closed && hc->reading == NULL &&
       (hc->drain_taken || !hc->unparsed))

@@ -407,6 +407,7 @@ typedef struct {
   guint n_held;             /* HOLDS: lock */
   atomic_size_t body_seen;  /* /upload: body bytes delivered so far */
   atomic_int done;          /* shutdown: 1 drained, 2 cut off */
+  atomic_int reader_notified; /* /late-reader: its body reader's notify ran */
 } Api;
 
 static void
@@ -457,6 +458,44 @@ upload (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
 }
 
 static void
+count_piece (WeftHttpRequest *req, const guint8 *data, gsize len, gboolean done,
+             gpointer user_data)
+{
+  Api *api = user_data;
+  atomic_fetch_add (&api->body_seen, len);
+}
+
+/* Streamed body, answered at once with a finished stream: the answer is
+ * out before the body ends. */
+static void
+early (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_read_body (request, count_piece, user_data, NULL);
+  weft_http_request_respond_stream (request, 200, "text/plain", NULL, NULL, NULL);
+  weft_http_request_write (request, (const guint8 *) "early", 5);
+  weft_http_request_finish (request);
+}
+
+static void
+reader_gone (gpointer data)
+{
+  Api *api = data;
+  atomic_store (&api->reader_notified, 1);
+}
+
+/* A coroutine handler that waits before it asks for its body, then waits
+ * for the body's end or its reader's notify. */
+static void
+late_reader (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  Api *api = user_data;
+  weft_coro_sleep (100);
+  weft_http_request_read_body (request, count_piece, api, reader_gone);
+  while (!atomic_load (&api->reader_notified))
+    weft_coro_sleep (10);
+}
+
+static void
 on_done (WeftListener *listener, gboolean drained, gpointer user_data)
 {
   Api *api = user_data;
@@ -481,6 +520,11 @@ inproc_start (Inproc *t)
   weft_http_server_add_handler (t->server, "GET", "/hold", hold, &t->api, NULL);
   weft_http_server_add_handler_full (t->server, "POST", "/upload", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      upload, &t->api, NULL);
+  weft_http_server_add_handler_full (t->server, "POST", "/early", WEFT_HTTP_HANDLER_STREAM_BODY,
+                                     early, &t->api, NULL);
+  weft_http_server_add_handler_full (t->server, "POST", "/late-reader",
+                                     WEFT_HTTP_HANDLER_STREAM_BODY | WEFT_HTTP_HANDLER_COROUTINE,
+                                     late_reader, &t->api, NULL);
   WeftListener *listener = weft_http_server_get_listener (t->server);
   GError *error = NULL;
   g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
@@ -619,6 +663,118 @@ test_deadline_cuts_off (void)
   inproc_stop (&t);
 }
 
+/* Reads until the end of a chunked answer. */
+static void
+read_chunked_answer (int fd)
+{
+  GString *in = g_string_new (NULL);
+  char buf[4096];
+  while (strstr (in->str, "\r\n0\r\n\r\n") == NULL)
+    {
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      g_assert_cmpint (n, >, 0);
+      g_string_append_len (in, buf, n);
+    }
+  g_assert_true (g_str_has_prefix (in->str, "HTTP/1.1 200 "));
+  g_string_free (in, TRUE);
+}
+
+/* /drain/answered-before-body-ends: the shutdown comes while a body is
+ * half sent and its answer is already out; the rest of the body ends the
+ * request, and the connection closes (its state was freed under the
+ * reader once: ASan saw it), drained. */
+static void
+test_answered_before_body_ends (void)
+{
+  Inproc t;
+  inproc_start (&t);
+  int fd = wt_connect_tcp (t.port);
+  wt_send_str (fd, "POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345");
+  read_chunked_answer (fd);
+  WT_WAIT_UNTIL (atomic_load (&t.api.body_seen) == 5);
+  weft_http_server_shutdown (t.server, 10000, on_done, &t.api, NULL);
+  wt_send_str (fd, "67890");
+  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  WT_WAIT_UNTIL (atomic_load (&t.api.done) != 0);
+  g_assert_cmpint (atomic_load (&t.api.done), ==, 1);
+  close (fd);
+  inproc_stop (&t);
+}
+
+/* /drain/last-answer-before-body-ends: the same without a shutdown, on a
+ * request that is the connection's last ("Connection: close"). */
+static void
+test_last_answer_before_body_ends (void)
+{
+  Inproc t;
+  inproc_start (&t);
+  int fd = wt_connect_tcp (t.port);
+  wt_send_str (fd, "POST /early HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                   "Content-Length: 10\r\n\r\n12345");
+  read_chunked_answer (fd);
+  WT_WAIT_UNTIL (atomic_load (&t.api.body_seen) == 5);
+  wt_send_str (fd, "67890");
+  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  WT_WAIT_UNTIL (weft_listener_get_n_connections (weft_http_server_get_listener (t.server)) == 0);
+  close (fd);
+  inproc_stop (&t);
+}
+
+/* /drain/stray-empty-line: an empty line after a request (RFC 9112 2.2
+ * lets clients send one) begins no request: the drain closes the
+ * connection at once, with no 408, drained. */
+static void
+test_stray_empty_line (void)
+{
+  Inproc t;
+  inproc_start (&t);
+  int fd = wt_connect_tcp (t.port);
+  wt_send_str (fd, "GET / HTTP/1.1\r\nHost: t\r\n\r\n\r\n");
+  char buf[512];
+  g_assert_cmpint (recv (fd, buf, sizeof buf, 0), >, 0);
+  /* The header timeout (20 s) is past the deadline: a drain waiting for a
+   * request that never comes is cut off instead of drained. */
+  weft_http_server_shutdown (t.server, 5000, on_done, &t.api, NULL);
+  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  WT_WAIT_UNTIL (atomic_load (&t.api.done) != 0);
+  g_assert_cmpint (atomic_load (&t.api.done), ==, 1);
+  close (fd);
+  inproc_stop (&t);
+}
+
+/* /drain/late-reader-told: a request cut off by the client's half-close
+ * (its head in, no body) behind one still unanswered leaves the line; a
+ * coroutine handler that asks for its body only then gets its reader's
+ * notify at once (it waited for ever before). */
+static void
+test_late_reader_told (void)
+{
+  Inproc t;
+  inproc_start (&t);
+  int fd = wt_connect_tcp (t.port);
+  wt_send_str (fd, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n"
+                   "POST /late-reader HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n");
+  WT_WAIT_UNTIL (n_held (&t.api) == 1);
+  g_assert_cmpuint (n_held (&t.api), ==, 1);
+  shutdown (fd, SHUT_WR);
+  WT_WAIT_UNTIL (atomic_load (&t.api.reader_notified) != 0);
+  g_assert_cmpint (atomic_load (&t.api.reader_notified), ==, 1);
+  /* The earlier request is still answered. */
+  weft_http_request_respond (t.api.held[0], 200, "text/plain", (const guint8 *) "held", 4);
+  GByteArray *all = wt_recv_to_eof (fd, FALSE, NULL);
+  gboolean last_close = FALSE;
+  g_assert_cmpuint (count_answers (all, "held", &last_close), ==, 1);
+  g_byte_array_unref (all);
+  close (fd);
+  inproc_stop (&t);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -628,5 +784,9 @@ main (int argc, char **argv)
   g_test_add_func ("/drain/finishes-begun-body", test_finishes_begun_body);
   g_test_add_func ("/drain/pipelined-all-answered", test_pipelined_all_answered);
   g_test_add_func ("/drain/deadline-cuts-off", test_deadline_cuts_off);
+  g_test_add_func ("/drain/answered-before-body-ends", test_answered_before_body_ends);
+  g_test_add_func ("/drain/last-answer-before-body-ends", test_last_answer_before_body_ends);
+  g_test_add_func ("/drain/stray-empty-line", test_stray_empty_line);
+  g_test_add_func ("/drain/late-reader-told", test_late_reader_told);
   return g_test_run ();
 }
