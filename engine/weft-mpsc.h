@@ -55,7 +55,7 @@ weft__mpsc_init (WeftMpsc *q)
   atomic_store_explicit (&q->tail, &q->stub, memory_order_relaxed);
 }
 
-/* Returns TRUE when the queue looked empty before this push. The exchange is
+/* Pushes @n (any thread). The exchange is
  * sequentially consistent: a producer's following load of a state word is
  * ordered after its push (the Dekker pairing with the consumer's release). */
 static inline void
