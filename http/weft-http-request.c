@@ -97,6 +97,28 @@ weft_http_request_new (HttpConn *hc)
   return req;
 }
 
+/* Forgets the body reader; returns its notify (and *data) for the caller
+ * to run once it is done with the request. */
+static GDestroyNotify
+take_body_reader (WeftHttpRequest *req, gpointer *data)
+{
+  GDestroyNotify bn = req->body_notify;
+  *data = req->body_data;
+  req->body_func = NULL;
+  req->body_notify = NULL;
+  req->body_data = NULL;
+  return bn;
+}
+
+static void
+release_body_reader (WeftHttpRequest *req)
+{
+  gpointer bd;
+  GDestroyNotify bn = take_body_reader (req, &bd);
+  if (bn != NULL)
+    bn (bd);
+}
+
 /* The stream's and the body reader's notifies, once: when the stream
  * ends, the body is complete, or the connection is gone. */
 void
@@ -108,11 +130,8 @@ weft_http_stream_release (WeftHttpRequest *req)
   req->producer_on = FALSE;
   req->producer_notify = NULL;
   req->producer_data = NULL;
-  GDestroyNotify bn = req->body_notify;
-  gpointer bd = req->body_data;
-  req->body_func = NULL;
-  req->body_notify = NULL;
-  req->body_data = NULL;
+  gpointer bd;
+  GDestroyNotify bn = take_body_reader (req, &bd);
   if (pn != NULL)
     pn (pd);
   if (bn != NULL)
@@ -977,16 +996,7 @@ weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gbo
   if (func != NULL)
     func (req, data != NULL ? data : (const guint8 *) "", len, done, req->body_data);
   if (done)
-    {
-      /* The reader is done with: only its notify is left. */
-      GDestroyNotify bn = req->body_notify;
-      gpointer bd = req->body_data;
-      req->body_func = NULL;
-      req->body_notify = NULL;
-      req->body_data = NULL;
-      if (bn != NULL)
-        bn (bd);
-    }
+    release_body_reader (req); /* the reader is done with: only its notify is left */
   weft_http_request_unref (req);
 }
 
@@ -1000,13 +1010,7 @@ body_abandon (WeftHttpRequest *req)
   if (req->body_done)
     return;
   req->body_done = TRUE;
-  GDestroyNotify bn = req->body_notify;
-  gpointer bd = req->body_data;
-  req->body_func = NULL;
-  req->body_notify = NULL;
-  req->body_data = NULL;
-  if (bn != NULL)
-    bn (bd);
+  release_body_reader (req);
 }
 
 static void
