@@ -8,27 +8,10 @@
 #include "weft-context.h"
 #include "weft-coro.h"
 #include "weft-coro-switch.h"
+#include "weft-sanitizers.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-
-/* The sanitizers that need to hear of stack switches. GCC defines
- * __SANITIZE_*__; clang (before 17) only answers __has_feature, and a
- * clang ASan build without the fiber calls reports false stack errors. */
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_CORO_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_CORO_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_CORO_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_CORO_TSAN 1
-#endif
-#endif
 
 /* Why a suspended coroutine was resumed. */
 enum {

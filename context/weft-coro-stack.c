@@ -14,7 +14,7 @@
 #ifdef WEFT_HAVE_VALGRIND
 #include <valgrind/valgrind.h>
 #endif
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -99,7 +99,7 @@ local (void)
 }
 
 /* Not under the sanitizers: a reused object would hide a use after free. */
-#if !defined(WEFT_CORO_ASAN) && !defined(WEFT_CORO_TSAN)
+#if !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
 #define OBJECT_CACHE 1
 #endif
 
@@ -177,7 +177,7 @@ weft__coro_stack_get (gsize size)
 void
 weft__coro_stack_put (WeftCoroStack *s)
 {
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   /* The frames that ended on it leave ASan's scope marks: a new coroutine
    * starts on clean memory. */
   __asan_unpoison_memory_region (s->lo, s->size);

@@ -37,10 +37,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
 
@@ -103,12 +103,12 @@ struct _WeftCoro {
   pthread_mutex_t lock;      /* joiners */
   WeftCoroWaitQueue joiners; /* HOLDS: lock */
 
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   void *asan_fake;
   const void *caller_lo;
   gsize caller_size;
 #endif
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
   void *tsan_fiber;
   void *tsan_caller;
 #endif
@@ -188,15 +188,15 @@ switch_out (WeftCoro *c, gboolean final)
 {
   if (!final)
     save_errno (c);
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   __sanitizer_start_switch_fiber (final ? NULL : &c->asan_fake, c->caller_lo, c->caller_size);
 #endif
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
   __tsan_switch_to_fiber (c->tsan_caller, 0);
 #endif
   weft__coro_switch (&c->regs, c->caller);
   /* Resumed, maybe on another worker. */
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   __sanitizer_finish_switch_fiber (c->asan_fake, &c->caller_lo, &c->caller_size);
 #endif
   restore_errno (c);
@@ -206,7 +206,7 @@ static void
 coro_main (void *arg)
 {
   WeftCoro *c = arg;
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   __sanitizer_finish_switch_fiber (NULL, &c->caller_lo, &c->caller_size);
 #endif
   c->retval = c->func (c->data);
@@ -243,7 +243,7 @@ finish (WeftCoro *c)
     c->notify (c->data);
   weft__coro_stack_put (c->stack);
   c->stack = NULL;
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
   __tsan_destroy_fiber (c->tsan_fiber);
   c->tsan_fiber = NULL;
 #endif
@@ -323,16 +323,16 @@ run (WeftCoro *c)
   WeftCoro *outer = weft__coro_current (); /* a coroutine's job inside another's? never */
   c->caller = &caller;
   set_current (c);
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
   c->tsan_caller = __tsan_get_current_fiber ();
   __tsan_switch_to_fiber (c->tsan_fiber, 0);
 #endif
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   void *fake = NULL;
   __sanitizer_start_switch_fiber (&fake, c->stack->lo, c->stack->size);
 #endif
   weft__coro_switch (&caller, &c->regs);
-#ifdef WEFT_CORO_ASAN
+#ifdef WEFT_ASAN
   __sanitizer_finish_switch_fiber (fake, NULL, NULL);
 #endif
   set_current (outer);
@@ -426,7 +426,7 @@ coro_new (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestroyNotif
   atomic_init (&c->state, ST_NEW);
   atomic_init (&c->out, TRUE);
   weft__coro_regs_init (&c->regs, stack->lo, stack->size, coro_main, c);
-#ifdef WEFT_CORO_TSAN
+#ifdef WEFT_TSAN
   c->tsan_fiber = __tsan_create_fiber (0);
 #endif
   return c;

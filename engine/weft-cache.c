@@ -20,12 +20,9 @@
 #include <valgrind/valgrind.h>
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "weft-sanitizers.h"
+#ifdef WEFT_ASAN
 #define WEFT_CACHE_DISABLED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_CACHE_DISABLED 1
-#endif
 #endif
 
 static const gsize class_size[WEFT_CACHE_N] = {

@@ -198,9 +198,11 @@ WeftHttpRequest *weft_http_request_new (HttpConn *hc);
 void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
 void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);
+void weft_http_producer_release (WeftHttpRequest *req);
 void weft_http_stream_release (WeftHttpRequest *req);
 void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len,
                              gboolean done);
+GDestroyNotify weft_http_take_body_reader (WeftHttpRequest *req, gpointer *data);
 
 /* weft-http-static.c: the path resolver, internal so that
  * tests/fuzz/fuzz-http-static.c can reach it. relative_path decodes a

@@ -99,8 +99,8 @@ weft_http_request_new (HttpConn *hc)
 
 /* Forgets the body reader; returns its notify (and *data) for the caller
  * to run once it is done with the request. */
-static GDestroyNotify
-take_body_reader (WeftHttpRequest *req, gpointer *data)
+GDestroyNotify
+weft_http_take_body_reader (WeftHttpRequest *req, gpointer *data)
 {
   GDestroyNotify bn = req->body_notify;
   *data = req->body_data;
@@ -114,15 +114,16 @@ static void
 release_body_reader (WeftHttpRequest *req)
 {
   gpointer bd;
-  GDestroyNotify bn = take_body_reader (req, &bd);
+  GDestroyNotify bn = weft_http_take_body_reader (req, &bd);
   if (bn != NULL)
     bn (bd);
 }
 
-/* The stream's and the body reader's notifies, once: when the stream
- * ends, the body is complete, or the connection is gone. */
+/* The stream producer's notify, once: when the streamed answer ends. Not
+ * the body reader's: an answer may end before its request's body does,
+ * and the pieces still due go to the reader. */
 void
-weft_http_stream_release (WeftHttpRequest *req)
+weft_http_producer_release (WeftHttpRequest *req)
 {
   GDestroyNotify pn = req->producer_notify;
   gpointer pd = req->producer_data;
@@ -130,10 +131,18 @@ weft_http_stream_release (WeftHttpRequest *req)
   req->producer_on = FALSE;
   req->producer_notify = NULL;
   req->producer_data = NULL;
-  gpointer bd;
-  GDestroyNotify bn = take_body_reader (req, &bd);
   if (pn != NULL)
     pn (pd);
+}
+
+/* The stream's and the body reader's notifies, once: when the request
+ * leaves the connection or is freed. */
+void
+weft_http_stream_release (WeftHttpRequest *req)
+{
+  gpointer bd;
+  GDestroyNotify bn = weft_http_take_body_reader (req, &bd);
+  weft_http_producer_release (req);
   if (bn != NULL)
     bn (bd);
 }

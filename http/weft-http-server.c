@@ -362,7 +362,7 @@ flush_ready_corked (HttpConn *hc)
               req->tail_sent = TRUE;
               if (req->chunked_out && !req->no_body_out)
                 weft_connection_write (hc->conn, (const guint8 *) tail, sizeof tail - 1);
-              weft_http_stream_release (req);
+              weft_http_producer_release (req); /* a body still due keeps its reader */
             }
           if (hc->closed)
             return;
@@ -520,11 +520,7 @@ fail_request (HttpConn *hc, guint status)
        * wait for ever, and hold the connection's context with it (found
        * by fuzz-http-connection). */
       req->body_done = TRUE;
-      body_notify = req->body_notify;
-      body_data = req->body_data;
-      req->body_func = NULL;
-      req->body_notify = NULL;
-      req->body_data = NULL;
+      body_notify = weft_http_take_body_reader (req, &body_data);
     }
   if (!atomic_load (&req->responded))
     weft_http_respond_self (req, status, TRUE);
@@ -871,11 +867,11 @@ start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
 
 /* Shutdown, at a request boundary: read no more, answer what was taken
  * (the last answer says "Connection: close" unless it is on its way
- * already: see flush_ready_corked()), then close; idle, at once. Bytes of a request not taken are refused: the
- * close lingers, so that its client meets a FIN, not a reset that could
- * destroy the answers before it reads them, and knows from the close
- * before any answer that the request was never taken (it may retry it,
- * RFC 9112 9.3.1). */
+ * already: see flush_ready_corked()), then close; idle, at once. Bytes of
+ * a request not taken are refused: the close lingers, so that its client
+ * meets a FIN, not a reset that could destroy the answers before it reads
+ * them, and knows from the close before any answer that the request was
+ * never taken (it may retry it, RFC 9112 9.3.1). */
 static void
 drain_stop (HttpConn *hc)
 {
@@ -902,6 +898,14 @@ wind_down_job (gpointer data)
     hc->drain_taken = TRUE;
   else if (!hc->unparsed)
     drain_stop (hc);
+}
+
+/* From any thread: @hc winds down on its own context. */
+static void
+post_wind_down (HttpConn *hc)
+{
+  weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
+                     (GDestroyNotify) weft_http_conn_unref);
 }
 
 /* TRUE if @data is only CR and LF: empty lines between requests, which
@@ -1057,8 +1061,7 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   /* Accepted as the shutdown began, after its sweep over the live set:
    * the lock orders this read after the flag's store. */
   if (atomic_load (&server->stopping))
-    weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
-                       (GDestroyNotify) weft_http_conn_unref);
+    post_wind_down (hc);
   atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
   if (server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] != 0)
     weft_connection_set_write_timeout (conn, (guint) server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS]);
@@ -1417,7 +1420,6 @@ weft_http_server_get_status_json (WeftHttpServer *self)
   return g_string_free (s, FALSE);
 }
 
-
 /**
  * weft_http_server_shutdown:
  * @self: a started server
@@ -1442,11 +1444,7 @@ weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerD
   gpointer key;
   g_hash_table_iter_init (&it, self->live);
   while (g_hash_table_iter_next (&it, &key, NULL))
-    {
-      HttpConn *hc = key;
-      weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
-                         (GDestroyNotify) weft_http_conn_unref);
-    }
+    post_wind_down (key);
   pthread_mutex_unlock (&self->live_lock);
   weft_listener_shutdown (self->listener, timeout_ms, func, user_data, notify);
 }

@@ -47,8 +47,9 @@ static_dir_free (gpointer data)
  * both paths are safe. */
 static atomic_bool use_walk;
 
-/* The fallback: @rel ("a/b/c", no "..", as weft__http_static_relative_path() makes it) one
- * component at a time from @root_fd, each opened with O_NOFOLLOW, so a
+/* The fallback: @rel ("a/b/c", no "..", as
+ * weft__http_static_relative_path() makes it) one component at a time
+ * from @root_fd, each opened with O_NOFOLLOW, so a
  * symlink anywhere on the path fails (ENOTDIR for a directory component
  * under O_PATH | O_DIRECTORY, ELOOP for the last one): refused, however
  * the link points. Each step opens relative to the fd of the previous
@@ -66,7 +67,7 @@ open_walk (int root_fd, const char *rel)
       int fd;
       if (n == 0 || n > NAME_MAX || (n == 2 && p[0] == '.' && p[1] == '.'))
         {
-          /* weft__http_static_relative_path() never makes these: refuse rather than trust */
+          /* the resolver never makes these: refuse rather than trust */
           fd = -1;
           errno = n > NAME_MAX ? ENAMETOOLONG : ENOENT;
         }
@@ -454,8 +455,7 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
   StaticDir *d = g_new0 (StaticDir, 1);
   d->root_fd = fd;
   d->prefix = g_strdup (url_prefix);
-  d->norm_prefix = weft__http_static_relative_path (url_prefix);
-  g_assert (d->norm_prefix != NULL); /* checked above */
+  d->norm_prefix = g_steal_pointer (&norm);
   gchar *pattern = g_strconcat (url_prefix, "*", NULL);
   weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
   g_free (pattern);

@@ -565,9 +565,6 @@ set_reader (WeftConnection *self, ReadMode mode, WeftConnectionReadFunc func,
 static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
                      gsize len);
 
-/* A reader installed from a callback may already be satisfied by buffered
- * bytes: deliver them from a job, so the caller's stack unwinds first and
- * the order of callbacks stays simple. */
 /* Ends a stretch run as if in the fd callback: a lingering close begun
  * in it could not read yet (the scratch buffer was in use): read now. */
 static void
@@ -578,6 +575,9 @@ leave_fd_callback (WeftConnection *self)
     discard_input (self);
 }
 
+/* A reader installed from a callback may already be satisfied by buffered
+ * bytes: deliver them from a job, so the caller's stack unwinds first and
+ * the order of callbacks stays simple. */
 static void
 deliver_buffered_job (gpointer data)
 {

@@ -602,12 +602,18 @@ test_finishes_begun_body (void)
 
 /* /drain/pipelined-all-answered: three pipelined requests taken before
  * the shutdown are all answered, in order, the last with "Connection:
- * close", even though their handlers answer after the shutdown began. */
+ * close", even though their handlers answer after the shutdown began. An
+ * idle keep-alive connection beside them closes at once: its end comes
+ * while they are still unanswered, so the drain has not ended. */
 static void
 test_pipelined_all_answered (void)
 {
   Inproc t;
   inproc_start (&t);
+  int idle = wt_connect_tcp (t.port);
+  wt_send_str (idle, "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+  char buf[512];
+  g_assert_cmpint (recv (idle, buf, sizeof buf, 0), >, 0);
   int fd = wt_connect_tcp (t.port);
   wt_send_str (fd, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n"
                    "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -615,6 +621,10 @@ test_pipelined_all_answered (void)
   WT_WAIT_UNTIL (n_held (&t.api) == 3);
   g_assert_cmpuint (n_held (&t.api), ==, 3);
   weft_http_server_shutdown (t.server, 10000, on_done, &t.api, NULL);
+  GByteArray *rest = wt_recv_to_eof (idle, FALSE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  g_assert_cmpint (atomic_load (&t.api.done), ==, 0);
   for (guint i = 0; i < 3; i++)
     weft_http_request_respond (t.api.held[i], 200, "text/plain", (const guint8 *) "held", 4);
   GByteArray *all = wt_recv_to_eof (fd, FALSE, NULL);
@@ -624,41 +634,31 @@ test_pipelined_all_answered (void)
   g_byte_array_unref (all);
   WT_WAIT_UNTIL (atomic_load (&t.api.done) != 0);
   g_assert_cmpint (atomic_load (&t.api.done), ==, 1);
+  close (idle);
   close (fd);
   inproc_stop (&t);
 }
 
-/* /drain/deadline-cuts-off: an idle keep-alive connection closes at
- * once; a request its handler never answers holds the drain until the
- * deadline, which closes it unanswered and reports "not drained". An
- * answer given after that is harmless. */
+/* /drain/deadline-cuts-off: a request its handler never answers holds the
+ * drain until the deadline, which closes it unanswered and reports "not
+ * drained". An answer given after that is harmless. */
 static void
 test_deadline_cuts_off (void)
 {
   Inproc t;
   inproc_start (&t);
-  int idle = wt_connect_tcp (t.port);
-  wt_send_str (idle, "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
-  char buf[512];
-  g_assert_cmpint (recv (idle, buf, sizeof buf, 0), >, 0);
   int stuck = wt_connect_tcp (t.port);
   wt_send_str (stuck, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
   WT_WAIT_UNTIL (n_held (&t.api) == 1);
   g_assert_cmpuint (n_held (&t.api), ==, 1);
 
   weft_http_server_shutdown (t.server, 300, on_done, &t.api, NULL);
-  GByteArray *rest = wt_recv_to_eof (idle, FALSE, NULL);
-  g_assert_cmpuint (rest->len, ==, 0);
-  g_byte_array_unref (rest);
-  /* The idle one did not wait for the deadline. */
-  g_assert_cmpint (atomic_load (&t.api.done), ==, 0);
-  rest = wt_recv_to_eof (stuck, TRUE, NULL);
+  GByteArray *rest = wt_recv_to_eof (stuck, TRUE, NULL);
   g_assert_cmpuint (rest->len, ==, 0);
   g_byte_array_unref (rest);
   WT_WAIT_UNTIL (atomic_load (&t.api.done) != 0);
   g_assert_cmpint (atomic_load (&t.api.done), ==, 2);
   weft_http_request_respond (t.api.held[0], 200, "text/plain", (const guint8 *) "late", 4);
-  close (idle);
   close (stuck);
   inproc_stop (&t);
 }
@@ -679,27 +679,52 @@ read_chunked_answer (int fd)
   g_string_free (in, TRUE);
 }
 
+/* Sends half a body to /early (whose answer goes out at once), reads the
+ * answer, calls @between (if any), then sends the rest: every piece
+ * reaches the body reader even though the answer has ended (finishing it
+ * once dropped the reader), and the body's end closes the connection (it
+ * was the last request) without freeing anything under the reader (it
+ * once did: ASan). */
+static void
+early_answer_then_body_end (Inproc *t, const char *extra_header, void (*between) (Inproc *))
+{
+  int fd = wt_connect_tcp (t->port);
+  gchar *head = g_strdup_printf ("POST /early HTTP/1.1\r\nHost: t\r\n%s"
+                                 "Content-Length: 10\r\n\r\n12345", extra_header);
+  wt_send_str (fd, head);
+  g_free (head);
+  read_chunked_answer (fd);
+  WT_WAIT_UNTIL (atomic_load (&t->api.body_seen) == 5);
+  g_assert_cmpuint (atomic_load (&t->api.body_seen), ==, 5);
+  if (between != NULL)
+    between (t);
+  wt_send_str (fd, "67890");
+  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (rest->len, ==, 0);
+  g_byte_array_unref (rest);
+  /* The answer's end did not end the reading: the reader got it all. */
+  WT_WAIT_UNTIL (atomic_load (&t->api.body_seen) == 10);
+  g_assert_cmpuint (atomic_load (&t->api.body_seen), ==, 10);
+  close (fd);
+}
+
+static void
+shut_down (Inproc *t)
+{
+  weft_http_server_shutdown (t->server, 10000, on_done, &t->api, NULL);
+}
+
 /* /drain/answered-before-body-ends: the shutdown comes while a body is
  * half sent and its answer is already out; the rest of the body ends the
- * request, and the connection closes (its state was freed under the
- * reader once: ASan saw it), drained. */
+ * request, and the connection closes, drained. */
 static void
 test_answered_before_body_ends (void)
 {
   Inproc t;
   inproc_start (&t);
-  int fd = wt_connect_tcp (t.port);
-  wt_send_str (fd, "POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345");
-  read_chunked_answer (fd);
-  WT_WAIT_UNTIL (atomic_load (&t.api.body_seen) == 5);
-  weft_http_server_shutdown (t.server, 10000, on_done, &t.api, NULL);
-  wt_send_str (fd, "67890");
-  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
-  g_assert_cmpuint (rest->len, ==, 0);
-  g_byte_array_unref (rest);
+  early_answer_then_body_end (&t, "", shut_down);
   WT_WAIT_UNTIL (atomic_load (&t.api.done) != 0);
   g_assert_cmpint (atomic_load (&t.api.done), ==, 1);
-  close (fd);
   inproc_stop (&t);
 }
 
@@ -710,17 +735,10 @@ test_last_answer_before_body_ends (void)
 {
   Inproc t;
   inproc_start (&t);
-  int fd = wt_connect_tcp (t.port);
-  wt_send_str (fd, "POST /early HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                   "Content-Length: 10\r\n\r\n12345");
-  read_chunked_answer (fd);
-  WT_WAIT_UNTIL (atomic_load (&t.api.body_seen) == 5);
-  wt_send_str (fd, "67890");
-  GByteArray *rest = wt_recv_to_eof (fd, TRUE, NULL);
-  g_assert_cmpuint (rest->len, ==, 0);
-  g_byte_array_unref (rest);
+  early_answer_then_body_end (&t, "Connection: close\r\n", NULL);
   WT_WAIT_UNTIL (weft_listener_get_n_connections (weft_http_server_get_listener (t.server)) == 0);
-  close (fd);
+  g_assert_cmpuint (weft_listener_get_n_connections (weft_http_server_get_listener (t.server)),
+                    ==, 0);
   inproc_stop (&t);
 }
 
