@@ -1336,6 +1336,7 @@ test_non_reading_client (void)
   g_string_free (reqs, TRUE);
   ok_before = atomic_load (&w.ok);
   WT_WAIT_UNTIL (srv_conns (&s) == 1 && atomic_load (&s.st.copy_calls) > 0);
+  g_assert_cmpint (atomic_load (&s.st.copy_calls), >, 0);
   ok_during = atomic_load (&w.ok) - ok_before;
   queued = atomic_load (&s.st.max_queued);
   g_test_message ("copy: %d of 64 requests answered, at most %" G_GUINT64_FORMAT " bytes "
@@ -1558,6 +1559,7 @@ test_emfile (void)
    * handful of callbacks (a retry every 100 ms), not thousands. */
   atomic_store (&w.pause, 1);
   WT_WAIT_UNTIL (atomic_load (&w.parked));
+  g_assert_true (atomic_load (&w.parked));
   WeftEngineStats a = wt_stats (s.engine);
   wt_quiet_window_ms (500);
   WeftEngineStats b = wt_stats (s.engine);

@@ -896,6 +896,8 @@ test_https_hostile (void)
   Bystander b = { .port = port };
   GThread *bt = g_thread_new ("bystander", bystander_thread, &b);
   WT_WAIT_UNTIL (atomic_load (&b.ok) > 0 || atomic_load (&b.failed) > 0);
+  g_assert_cmpuint (atomic_load (&b.failed), ==, 0);
+  g_assert_cmpuint (atomic_load (&b.ok), >, 0);
   guint mark = atomic_load (&b.ok);
 
   /* Plain HTTP to the TLS port. */
