@@ -81,6 +81,7 @@ struct _WeftHttpRequest {
   guint64 resp_len;
   guint64 bytes_out;        /* body bytes, for the log */
   gboolean ready;           /* on the context: resp_* attached */
+  gboolean dropped;         /* on the context: left the line unanswered */
   gboolean close_after;
   gboolean head_sent;       /* on the context: resp_head written */
 
@@ -200,6 +201,7 @@ void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);
 void weft_http_producer_release (WeftHttpRequest *req);
 void weft_http_stream_release (WeftHttpRequest *req);
+void weft_http_request_drop (WeftHttpRequest *req);
 void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len,
                              gboolean done);
 GDestroyNotify weft_http_take_body_reader (WeftHttpRequest *req, gpointer *data);

@@ -147,6 +147,30 @@ weft_http_stream_release (WeftHttpRequest *req)
     bn (bd);
 }
 
+/* On the context: an answer that will never be sent stops producing. */
+static void
+drop_answer (WeftHttpRequest *req)
+{
+  req->stream_done = TRUE;
+  weft_http_producer_release (req);
+}
+
+/* On the context: @req leaves the connection unanswered (the connection
+ * is gone, or a half-close cut it off). Its body reader hears of it now.
+ * Its stream producer only if the answer is attached: until then a
+ * handler on another thread may be writing the producer fields in
+ * weft_http_request_respond_stream(), and reading or clearing them here
+ * raced with it (the notify could be lost). That answer's attach, on
+ * this context, releases the producer instead. */
+void
+weft_http_request_drop (WeftHttpRequest *req)
+{
+  req->dropped = TRUE;
+  release_body_reader (req);
+  if (req->ready)
+    drop_answer (req);
+}
+
 /* ---- answers ------------------------------------------------------------ */
 
 /* Appends decimal @v at @p; returns the end. */
@@ -301,6 +325,11 @@ attach_job (gpointer data)
 {
   WeftHttpRequest *req = data;
   HttpConn *hc = req->hc;
+  if (req->dropped)
+    {
+      drop_answer (req);
+      return;
+    }
   req->ready = TRUE;
   if (!hc->closed)
     weft_http_flush_ready (hc);
@@ -331,6 +360,11 @@ attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
   gboolean on_context = weft_context_get_current () == hc->ctx;
+  if (on_context && req->dropped)
+    {
+      drop_answer (req);
+      return;
+    }
   /* (The context test first: another thread must not read inline_req.) */
   if (atomic_load (&req->handler_thread) == g_thread_self () ||
       (on_context && hc->inline_req == req))
@@ -836,7 +870,7 @@ static void
 stream_put (WeftHttpRequest *req, GBytes *chunk, gsize payload)
 {
   HttpConn *hc = req->hc;
-  if (hc->closed || req->stream_done)
+  if (hc->closed || req->stream_done || req->dropped)
     return;
   if (chunk == NULL)
     {

@@ -123,7 +123,7 @@ drop_pending (HttpConn *hc)
   hc->active = NULL;
   while ((req = weft_http_pending_pop (hc)) != NULL)
     {
-      weft_http_stream_release (req);
+      weft_http_request_drop (req);
       weft_http_request_unref (req);
     }
 }
@@ -163,9 +163,7 @@ drop_cut_off (HttpConn *hc)
       hc->body = NULL;
     }
   atomic_store (&req->finish_called, TRUE);
-  req->stream_done = TRUE;
-  req->producer_on = FALSE;
-  weft_http_stream_release (req);
+  weft_http_request_drop (req);
   weft_http_request_unref (req);
 }
 

@@ -221,6 +221,36 @@ dup_piece (WeftHttpRequest *req, const guint8 *data, gsize len, gboolean done, g
     weft_http_request_finish (req);
 }
 
+/* Answers from another thread with a producer (see test_answer_races_drop). */
+static gint race_handled;
+static gint race_threads_done;
+
+static gboolean
+race_producer (WeftHttpRequest *req, gpointer data)
+{
+  weft_http_request_write (req, (const guint8 *) "race\n", 5);
+  weft_http_request_finish (req);
+  return FALSE;
+}
+
+static gpointer
+race_thread (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  weft_http_request_respond_stream (req, 200, "text/plain", race_producer, g_new0 (Count, 1),
+                                    count_free);
+  weft_http_request_unref (req);
+  g_atomic_int_inc (&race_threads_done);
+  return NULL;
+}
+
+static void
+race_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  g_atomic_int_inc (&race_handled);
+  g_thread_unref (g_thread_new ("race", race_thread, weft_http_request_ref (req)));
+}
+
 static void
 dup_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
 {
@@ -243,6 +273,7 @@ srv_start (Srv *s)
   weft_http_server_add_handler (s->server, "GET", "/forever", forever_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/sse", sse_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/gone", gone_handler, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/race", race_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/sum", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      sum_handler, NULL, NULL);
@@ -609,6 +640,44 @@ test_write_after_gone (void)
   srv_stop (&s);
 }
 
+/* A thread answers with a producer while the client resets the
+ * connection: the context drops the request at about the moment the
+ * thread publishes the producer. Each producer's notify runs exactly once.
+ * (The drop used to read and clear the producer fields while the thread
+ * wrote them: a notify could be lost, and TSan reported the race.) */
+static void
+test_answer_races_drop (void)
+{
+  const int rounds = 300;
+  Srv s;
+  srv_start (&s);
+  g_atomic_int_set (&race_handled, 0);
+  g_atomic_int_set (&race_threads_done, 0);
+  for (int i = 0; i < rounds; i++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      wt_send_str (fd, "GET /race HTTP/1.1\r\nHost: a\r\n\r\n");
+      if (i % 4 != 0)
+        g_usleep ((gulong) (i % 4) * 40);
+      struct linger lg = { 1, 0 };
+      g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), ==, 0);
+      close (fd);
+    }
+  /* Every request the server took has its thread; wait for them all,
+   * then stop the server: afterwards nothing holds a request. */
+  gint64 end = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+  while (g_get_monotonic_time () < end &&
+         (g_atomic_int_get (&race_handled) == 0 ||
+          g_atomic_int_get (&race_threads_done) < g_atomic_int_get (&race_handled)))
+    g_usleep (2000);
+  g_assert_cmpint (g_atomic_int_get (&race_threads_done), ==, g_atomic_int_get (&race_handled));
+  srv_stop (&s);
+  g_test_message ("%d of %d requests reached the handler", g_atomic_int_get (&race_handled),
+                  rounds);
+  g_assert_cmpint (g_atomic_int_get (&race_handled), >, 0);
+  g_assert_cmpint (g_atomic_int_get (&notifies), ==, g_atomic_int_get (&race_handled));
+}
+
 /* ---- streamed bodies ---------------------------------------------------- */
 
 static gchar *
@@ -789,6 +858,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/backpressure", test_backpressure);
   g_test_add_func ("/http-stream/client-gone", test_client_gone);
   g_test_add_func ("/http-stream/write-after-gone", test_write_after_gone);
+  g_test_add_func ("/http-stream/answer-races-drop", test_answer_races_drop);
   g_test_add_func ("/http-stream/body-pieces", test_body_pieces);
   g_test_add_func ("/http-stream/refused-before-continue", test_refused_before_continue);
   g_test_add_func ("/http-stream/continue-on-read", test_continue_on_read);
