@@ -14,6 +14,8 @@
  */
 #include "weft-tls-private.h"
 
+#include <pthread.h>
+
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -55,20 +57,20 @@ G_DEFINE_ENUM_TYPE (WeftTlsVersion, weft_tls_version,
 /* ex_data slot for SSL -> WeftTlsSession, used by the SNI callback. */
 static int session_index = -1;
 
-static gpointer
-init_once (gpointer unused)
+static void
+init_once (void)
 {
-  (void) unused;
   OPENSSL_init_ssl (OPENSSL_INIT_LOAD_SSL_STRINGS | OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL);
   session_index = SSL_get_ex_new_index (0, NULL, NULL, NULL, NULL);
-  return NULL;
 }
 
+/* pthread_once, not g_once(): TSan cannot see the flag g_once's fast path
+ * reads (GLib is not instrumented), so session_index looked raced. */
 static void
 ensure_init (void)
 {
-  static GOnce once = G_ONCE_INIT;
-  g_once (&once, init_once, NULL);
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once (&once, init_once);
 }
 
 /* Sets @error from OpenSSL's queue (all of it, oldest first) after @what
