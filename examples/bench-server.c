@@ -5,8 +5,12 @@
  *   anything else          404
  *
  * Usage: bench-server [--port N] [--workers N] [--host ADDR] [--coro] [--main-context]
- *                     [--drain-ms MS]
- * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker.
+ *                     [--drain-ms MS] [--max-body BYTES] [--header-timeout-ms MS]
+ *                     [--body-timeout-ms MS] [--keepalive-timeout-ms MS]
+ * Defaults: 127.0.0.1, port 8080 (0: any free port, printed), 1 worker;
+ * the limits and timeouts are the library's defaults unless given (the
+ * conformance probe, tests/http-conformance.py, shortens the timeouts so
+ * that it runs in seconds).
  * --main-context: no worker threads; the engine runs from a GMainLoop on
  * the main thread (the GLib bridge, as a GTK application would run it).
  * SIGINT or SIGTERM drains: stops accepting, finishes the requests begun
@@ -84,6 +88,8 @@ main (int argc, char **argv)
   gint port = 8080, workers = 1, drain_ms = 5000;
   gboolean coro = FALSE, main_context = FALSE;
   gchar *host = NULL;
+  /* -1: not given, the library's default stays. */
+  gint64 max_body = -1, header_ms = -1, body_ms = -1, keepalive_ms = -1;
   GOptionEntry entries[] = {
     { "port", 'p', 0, G_OPTION_ARG_INT, &port, "Port (0: any free one)", "N" },
     { "workers", 'w', 0, G_OPTION_ARG_INT, &workers, "Worker threads (0: one per CPU)", "N" },
@@ -94,13 +100,22 @@ main (int argc, char **argv)
       "No workers: run the engine from a GMainLoop on this thread", NULL },
     { "drain-ms", 0, 0, G_OPTION_ARG_INT, &drain_ms,
       "On SIGINT/SIGTERM, how long requests begun may take to finish (5000)", "MS" },
+    { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body,
+      "Largest request body, in bytes; larger: 413 (8 MiB)", "BYTES" },
+    { "header-timeout-ms", 0, 0, G_OPTION_ARG_INT64, &header_ms,
+      "Time allowed for a request head (20000; 0: none)", "MS" },
+    { "body-timeout-ms", 0, 0, G_OPTION_ARG_INT64, &body_ms,
+      "Time allowed without a body byte (20000; 0: none)", "MS" },
+    { "keepalive-timeout-ms", 0, 0, G_OPTION_ARG_INT64, &keepalive_ms,
+      "How long an idle connection is kept (30000; 0: for ever)", "MS" },
     { NULL }
   };
   GError *error = NULL;
   GOptionContext *octx = g_option_context_new ("- the HTTP benchmark server");
   g_option_context_add_main_entries (octx, entries, NULL);
   if (!g_option_context_parse (octx, &argc, &argv, &error) || port < 0 || port > 65535 ||
-      workers < 0 || drain_ms < 0)
+      workers < 0 || drain_ms < 0 || max_body < -1 || header_ms < -1 || header_ms > G_MAXUINT ||
+      body_ms < -1 || body_ms > G_MAXUINT || keepalive_ms < -1 || keepalive_ms > G_MAXUINT)
     {
       g_printerr ("bench-server: %s\n", error != NULL ? error->message : "bad arguments");
       return 2;
@@ -125,6 +140,15 @@ main (int argc, char **argv)
       return 1;
     }
   WeftHttpServer *server = weft_http_server_new (engine);
+  if (max_body >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_BODY_BYTES, (guint64) max_body);
+  if (header_ms >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, (guint64) header_ms);
+  if (body_ms >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, (guint64) body_ms);
+  if (keepalive_ms >= 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS,
+                                (guint64) keepalive_ms);
   WeftHttpHandlerFlags flags = coro ? WEFT_HTTP_HANDLER_COROUTINE : WEFT_HTTP_HANDLER_DEFAULT;
   weft_http_server_add_handler_full (server, "GET", "/", flags, hello, NULL, NULL);
   weft_http_server_add_handler_full (server, "POST", "/echo", flags, echo, NULL, NULL);

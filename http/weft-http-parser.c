@@ -271,13 +271,41 @@ conn_element (WeftHttpSlice el, gpointer data)
 static gboolean
 valid_host (WeftHttpSlice h)
 {
-  /* Host = uri-host [ ":" port ]; empty is allowed by RFC 9110 §7.2 only
-   * for targets without an authority, which origin-form requests to us
-   * are not: require something. */
-  if (h.len == 0)
+  /* Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): an
+   * IP-literal in brackets or a reg-name (IPv4 is one), then digits after
+   * one colon. Empty is allowed by RFC 9110 §7.2 only for targets without
+   * an authority, which origin-form requests to us are not: require a
+   * host. Characters are checked, not the address inside the brackets. */
+  const char *p = h.ptr, *end = h.ptr + h.len;
+  if (p < end && *p == '[')
+    {
+      p++;
+      while (p < end && *p != ']' && *p != '[' && IS (*p, C_HOST))
+        p++;
+      if (p == end || *p != ']' || p == h.ptr + 1)
+        return FALSE;
+      p++;
+    }
+  else
+    {
+      const char *s = p;
+      for (; p < end && *p != ':'; p++)
+        {
+          if (!IS (*p, C_HOST) || *p == '[' || *p == ']')
+            return FALSE;
+          /* pct-encoded = "%" HEXDIG HEXDIG */
+          if (*p == '%' && (end - p < 3 || !g_ascii_isxdigit (p[1]) || !g_ascii_isxdigit (p[2])))
+            return FALSE;
+        }
+      if (p == s)
+        return FALSE;
+    }
+  if (p == end)
+    return TRUE;
+  if (*p != ':')
     return FALSE;
-  for (gsize i = 0; i < h.len; i++)
-    if (!IS (h.ptr[i], C_HOST))
+  for (p++; p < end; p++)
+    if (!g_ascii_isdigit (*p))
       return FALSE;
   return TRUE;
 }
@@ -726,8 +754,10 @@ weft_http_chunked_decode (WeftHttpChunked *dec, const char *buf, gsize len, cons
             int v = hexval (c);
             if (v >= 0)
               {
-                /* 16 hex digits overflow a 64-bit size: refuse before. */
-                if (dec->digits == 15)
+                /* A digit more would overflow 64 bits: refuse before.
+                 * Leading zeros are no size (RFC 9112 §7.1: 1*HEXDIG);
+                 * they count against the size line's limit instead. */
+                if (dec->remaining > G_MAXUINT64 >> 4 || ++dec->line_len > MAX_SIZE_LINE)
                   CH_FAIL (400);
                 dec->remaining = dec->remaining * 16 + (guint64) v;
                 dec->digits++;

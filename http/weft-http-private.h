@@ -128,6 +128,8 @@ struct _HttpConn {
   gint64 body_last_us;
   guint64 body_bytes;
   _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
+  atomic_bool silent;       /* no byte read yet: the sweep holds it to the
+                             * header timeout (idle_limit_us()) */
   gboolean closing;         /* read no more; close after the queued answers */
   gboolean draining;        /* shutdown: finish the request begun, then close */
   gboolean drain_taken;     /* draining: the last request's head is taken */

@@ -14,7 +14,8 @@
  * a once-a-second body check (idle time and average rate) while a body
  * arrives. Idle keep-alive connections have none: one sweep per server
  * closes those idle too long (keepalive_sweep()), so an idle connection
- * costs no timer memory.
+ * costs no timer memory. A connection that has sent nothing since it was
+ * accepted is held to the header timeout by the same sweep.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -600,14 +601,30 @@ typedef struct _HttpSweep {
   WeftHttpServer *server; /* HOLDS: lock; NULL once the server is gone */
 } HttpSweep;
 
+/* How long @hc may stay idle, in microseconds (0: for ever). One that has
+ * sent nothing since it was accepted is a request head that has not begun:
+ * the header timeout applies when it is the shorter, so a client that
+ * connects and stays silent is gone as soon as a slowloris would be. */
+static gint64
+idle_limit_us (HttpConn *hc)
+{
+  const guint64 *limit = hc->server->limit;
+  guint64 ka = limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  guint64 head = limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS];
+  if (head != 0 && (ka == 0 || head < ka) &&
+      atomic_load_explicit (&hc->silent, memory_order_relaxed))
+    return (gint64) head * 1000;
+  return (gint64) ka * 1000;
+}
+
 static void
 keepalive_close_job (gpointer data)
 {
   HttpConn *hc = data;
-  guint64 ka = hc->server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  gint64 limit = idle_limit_us (hc);
   gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
-  if (hc->closed || since == 0 || hc->timer != 0 || hc->n_pending != 0 || hc->reading != NULL ||
-      g_get_monotonic_time () - since < (gint64) ka * 1000)
+  if (hc->closed || since == 0 || limit == 0 || hc->timer != 0 || hc->n_pending != 0 ||
+      hc->reading != NULL || g_get_monotonic_time () - since < limit)
     return;
   hc->closing = TRUE;
   weft_connection_close (hc->conn);
@@ -621,7 +638,6 @@ keepalive_sweep (gpointer data)
   WeftHttpServer *server = sw->server;
   if (server != NULL)
     {
-      gint64 limit = (gint64) server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS] * 1000;
       gint64 now = g_get_monotonic_time ();
       pthread_mutex_lock (&server->live_lock);
       GHashTableIter it;
@@ -631,7 +647,8 @@ keepalive_sweep (gpointer data)
         {
           HttpConn *hc = key;
           gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
-          if (since != 0 && now - since >= limit)
+          gint64 limit = idle_limit_us (hc);
+          if (since != 0 && limit != 0 && now - since >= limit)
             weft_context_post (hc->ctx, keepalive_close_job, weft_http_conn_ref (hc),
                                (GDestroyNotify) weft_http_conn_unref);
         }
@@ -654,7 +671,12 @@ sweep_unref (gpointer data)
 static void
 start_sweep (WeftHttpServer *self)
 {
+  /* Every half of the shorter idle limit: a connection goes 1 to 1.5
+   * times its limit after it fell idle. */
   guint64 ka = self->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
+  guint64 head = self->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS];
+  if (head != 0 && (ka == 0 || head < ka))
+    ka = head;
   if (ka == 0)
     return;
   HttpSweep *sw = g_new0 (HttpSweep, 1);
@@ -737,7 +759,9 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
   req->minor = head->minor_version;
   req->keep_alive = head->keep_alive && !hc->closing;
   req->is_head = strcmp (req->method, "HEAD") == 0;
-  req->expect_continue = head->expect_continue;
+  /* RFC 9110 §10.1.1: a 100-continue expectation in an HTTP/1.0 request
+   * MUST be ignored (and §15.2: no 1xx to an HTTP/1.0 client). */
+  req->expect_continue = head->expect_continue && head->minor_version >= 1;
   req->has_body = head->body != WEFT_HTTP_BODY_NONE;
   req->route_result = weft_http_router_match (hc->server->router, req->method, req->path,
                                               &req->route, &req->params, &req->n_params, NULL);
@@ -949,6 +973,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
   gint64 now = g_get_monotonic_time (); /* one read for the heads of one read */
 
   atomic_store_explicit (&hc->idle_since, 0, memory_order_relaxed);
+  atomic_store_explicit (&hc->silent, FALSE, memory_order_relaxed);
   hc->held = FALSE; /* what a pause held comes first in @data */
   while (consumed < len && !hc->closing && !hc->closed)
     {
@@ -1070,6 +1095,7 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
    * the lock orders this read after the flag's store. */
   if (atomic_load (&server->stopping))
     post_wind_down (hc);
+  atomic_store_explicit (&hc->silent, TRUE, memory_order_relaxed);
   atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
   if (server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS] != 0)
     weft_connection_set_write_timeout (conn, (guint) server->limit[WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS]);

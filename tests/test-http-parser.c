@@ -51,6 +51,9 @@ static const Row rows[] = {
   OK ("asterisk-options", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", NULL, NULL, -1, 0, -1),
   OK ("connect-authority", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT", "", NULL, "example.com:443", -1, 0, -1),
   OK ("ipv6-host", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", NULL, NULL, NULL, "[::1]:8080", -1, 0, -1),
+  OK ("host-empty-port", "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", NULL, NULL, NULL, "a:", -1, 0, -1),
+  OK ("host-pct-encoded", "GET / HTTP/1.1\r\nHost: a%2Db\r\n\r\n", NULL, NULL, NULL, "a%2Db", -1, 0, -1),
+  OK ("cl-leading-zeros", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 000000000000000000000005\r\n\r\n", NULL, NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 5, -1),
   OK ("expect-continue", "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n", "PUT", NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 3, -1),
   OK ("extension-method", "PURGE /x HTTP/1.1\r\nHost: a\r\n\r\n", "PURGE", "/x", NULL, NULL, -1, 0, -1),
 
@@ -97,6 +100,16 @@ static const Row rows[] = {
   BAD ("empty-host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", 400),
   BAD ("host-with-space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
   BAD ("host-with-slash", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+  BAD ("host-port-not-digits", "GET / HTTP/1.1\r\nHost: a:b\r\n\r\n", 400),
+  BAD ("host-two-ports", "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n", 400),
+  BAD ("host-ipv6-unclosed", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400),
+  BAD ("host-ipv6-no-brackets", "GET / HTTP/1.1\r\nHost: ::1\r\n\r\n", 400),
+  BAD ("host-ipv6-empty", "GET / HTTP/1.1\r\nHost: []\r\n\r\n", 400),
+  BAD ("host-after-brackets", "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", 400),
+  BAD ("host-bad-percent", "GET / HTTP/1.1\r\nHost: a%zz\r\n\r\n", 400),
+  BAD ("host-short-percent", "GET / HTTP/1.1\r\nHost: a%2\r\n\r\n", 400),
+  BAD ("host-port-only", "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", 400),
+  BAD ("absolute-bad-port", "GET http://a:b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
 
   /* framing (smuggling) */
   BAD ("cl-and-te", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
@@ -369,6 +382,8 @@ static const ChunkRow chunk_rows[] = {
   { "bad-hex", "5g\r\nhello\r\n0\r\n\r\n", 400, NULL, 0 },
   { "negative", "-5\r\nhello\r\n0\r\n\r\n", 400, NULL, 0 },
   { "overflow", "10000000000000000\r\n", 400, NULL, 0 },
+  { "leading-zeros", "000000000000000000000005\r\nhello\r\n0000000000000000000\r\n\r\n", 0, "hello", 0 },
+  { "sixteen-digits-413", "1000000000000000\r\n", 413, NULL, 0 },
   { "too-long-data", "3\r\nabcd\r\n0\r\n\r\n", 400, NULL, 0 },
   { "missing-crlf", "3\r\nabc0\r\n\r\n", 400, NULL, 0 },
   { "bare-lf-size", "3\nabc\r\n0\r\n\r\n", 400, NULL, 0 },
@@ -450,6 +465,23 @@ check_chunk_row (gconstpointer data)
     }
 }
 
+/* Leading zeros of a chunk-size are no size but still bytes of its line:
+ * past the line limit (4096) they are refused, so they cannot stream for
+ * ever. */
+static void
+test_chunk_zeros_limit (void)
+{
+  GString *in = g_string_new (NULL);
+  for (guint i = 0; i < 5000; i++)
+    g_string_append_c (in, '0');
+  g_string_append (in, "5\r\nhello\r\n0\r\n\r\n");
+  GString *out = g_string_new (NULL);
+  gsize rest = 0;
+  g_assert_cmpuint (decode_all (in->str, in->len, 0, out, &rest, 1000), ==, 400);
+  g_string_free (out, TRUE);
+  g_string_free (in, TRUE);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -466,6 +498,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
+  g_test_add_func ("/http-parser/chunked/zeros-past-line-limit", test_chunk_zeros_limit);
   for (guint i = 0; i < G_N_ELEMENTS (chunk_rows); i++)
     {
       gchar *path = g_strdup_printf ("/http-parser/chunked/%s", chunk_rows[i].name);

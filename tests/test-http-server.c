@@ -357,6 +357,28 @@ test_expect_continue (void)
   srv_stop (&s);
 }
 
+/* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
+ * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
+ * body is where a 100 would be sent: the first bytes back must be the 200. */
+static void
+test_expect_continue_http10 (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "PUT /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  g_usleep (100 * 1000);
+  wt_send_str (fd, "hello");
+  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((char *) got->data, "HTTP/1.1 200 OK\r\n") ||
+      !g_str_has_suffix ((char *) got->data, "\r\n\r\nhello"))
+    g_error ("HTTP/1.0 with Expect: 100-continue:\n%s", (char *) got->data);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 static void
 test_http10 (void)
 {
@@ -888,6 +910,47 @@ test_keepalive_timeout (void)
   srv_stop (&s);
 }
 
+/* A client that connects and never sends a byte is held to the header
+ * timeout (300 ms), not the keep-alive timeout (60 s, longer than the
+ * socket's receive deadline here), and closed without an answer. */
+static void
+test_silent_connection (void)
+{
+  Srv s;
+  GError *error = NULL;
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  weft_http_server_add_handler (s.server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_set_timeouts (s.server, 300, 60000);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+  g_assert_no_error (error);
+
+  int fd = wt_connect_tcp (s.port);
+  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_assert_cmpuint (got->len, ==, 0);
+  g_byte_array_unref (got);
+  close (fd);
+  /* Once it has spoken, the keep-alive timeout applies: an answered
+   * connection is still open after several header timeouts. */
+  fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+  char buf[4096];
+  ssize_t n = recv (fd, buf, sizeof buf, 0);
+  g_assert_cmpint (n, >, 0);
+  g_usleep (1000 * 1000);
+  wt_send_str (fd, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((char *) got->data, "HTTP/1.1 200 OK\r\n"))
+    g_error ("second request after an idle second:\n%s", (char *) got->data);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* The access log has a line per answer, written by its own thread. */
 static void
 test_access_log (void)
@@ -1112,6 +1175,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/chunked-body", test_chunked_body);
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
   g_test_add_func ("/http-server/http10", test_http10);
+  g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
+  g_test_add_func ("/http-server/silent-connection", test_silent_connection);
   g_test_add_func ("/http-server/bad-requests", test_bad_requests);
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
   g_test_add_func ("/http-server/static-files", test_static_files);
