@@ -91,7 +91,9 @@ typedef enum {
  * @WEFT_HTTP_LIMIT_MAX_BODY_BYTES: request body bytes (default 8 MiB);
  *   over it: 413
  * @WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS: time from a request's first byte to
- *   the end of its head (default 20 s; 0: none); over it: 408 and close
+ *   the end of its head (default 20 s; 0: none); over it: 408 and close.
+ *   A connection that sends nothing at all is closed, without an answer,
+ *   after this (or the keep-alive timeout, if shorter), 1 to 1.25 times it
  * @WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS: time without a body byte while a body
  *   is expected (default 20 s; 0: none); over it: 408 and close
  * @WEFT_HTTP_LIMIT_BODY_MIN_RATE: bytes per second a body must average
@@ -99,7 +101,8 @@ typedef enum {
  *   default 256, 0: none; below it: 408 and close
  * @WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS: how long a connection with no
  *   request in progress is kept (default 30 s; 0: for ever); one sweep
- *   every half period closes it, so between 1 and 1.5 times this
+ *   every quarter of the shorter of this and the header timeout closes
+ *   it, so between 1 and 1.25 times this
  * @WEFT_HTTP_LIMIT_WRITE_TIMEOUT_MS: how long output may wait with the
  *   peer taking none of it (default 60 s; 0: none); then the connection
  *   is aborted, checked every half period: 1.5 to 2 times this after the

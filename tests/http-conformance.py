@@ -222,6 +222,8 @@ class Conn:
         dates = r.all(b'date')
         if len(dates) != 1 or not DATE_RE.match(dates[0]):
             raise Fail('Date missing, repeated or not IMF-fixdate: %r' % dates)
+        if status == 405 and not r.all(b'allow'):
+            raise Fail('405 without Allow (RFC 9110 §15.5.6: MUST)')
         te = r.all(b'transfer-encoding')
         cl = r.all(b'content-length')
         if len(cl) > 1 or (cl and not cl[0].isdigit()):
@@ -444,6 +446,15 @@ row('basics', 'te-trailers-header', b'GET / HTTP/1.1\r\nHost: a\r\nTE: trailers\
     {200}, 'keep')
 row('basics', 'host-with-port', b'GET / HTTP/1.1\r\nHost: a.example:8080\r\n\r\n', {200}, 'keep')
 row('basics', 'host-ipv6', b'GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n', {200}, 'keep')
+row('basics', 'host-ows', b'GET / HTTP/1.1\r\nHost: \t a.example \t\r\n\r\n', {200}, 'keep')
+# RFC 9112 §6.3 rule 7: an HTTP/1.0 request without framing has no content.
+row('basics', 'http10-post-no-length', b'POST /echo HTTP/1.0\r\n\r\n', {200}, 'close', body=b'',
+    echo=True)
+row('basics', 'echo-connection-close', post(b'bye', extra=[b'Connection: close']), {200}, 'close',
+    body=b'bye', echo=True)
+# RFC 9110 §7.6.1: Connection may be repeated; the options add up.
+row('basics', 'connection-two-fields',
+    b'GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n', {200}, 'close')
 row('basics', 'host-ipv4', b'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', {200}, 'keep')
 # RFC 9110 §5.1: field names are case-insensitive.
 row('basics', 'field-name-case', b'GET / HTTP/1.1\r\nhOsT: a\r\n\r\n', {200}, 'keep')
@@ -621,6 +632,14 @@ pipeline_case('big-echoes-in-order',
               [is_echo(bytes([65 + i]) * (256 * 1024)) for i in range(4)], echo=True)
 
 
+pipeline_case('post-root-then-get', req(b'POST / HTTP/1.1', b'Host: a', b'Content-Length: 9',
+                                       body=b'GET /x HT') + GET,
+              [lambda r: status_in(r, {404, 405}), is_hello])
+pipeline_case('get-404-body-then-get', req(b'GET /nope HTTP/1.1', b'Host: a', b'Content-Length: 4',
+                                           body=b'\r\n\r\n') + GET,
+              [is_status(404), is_hello])
+
+
 @case('pipelining', 'half-close-after-pipeline')
 def _(t):
     # RFC 9112 §9.6: a half-close ends the requests, not the answers.
@@ -724,6 +743,10 @@ row('bodies', 'chunk-ext-no-value', post_chunked(chunked(b'hello', ext=b';flag;x
 # RFC 9112 §7.1.2: trailer fields; the server may drop them.
 row('bodies', 'trailers', post_chunked(chunked(b'hello', trailers=b'X-Sum: 1\r\nX-More: 2\r\n')),
     {200}, 'keep', body=b'hello', echo=True)
+row('bodies', 'last-chunk-ext', post_chunked(b'5\r\nhello\r\n0;end=1\r\n\r\n'), {200}, 'keep',
+    body=b'hello', echo=True)
+row('bodies', 'trailers-many', post_chunked(chunked(b'hello', trailers=b''.join(
+    b'X-T%d: %d\r\n' % (i, i) for i in range(50)))), {200}, 'keep', body=b'hello', echo=True)
 row('bodies', 'chunked-1000-chunks', post_chunked(chunked(*[b'%d' % (i % 10) for i in range(1000)])),
     {200}, 'keep', body=b''.join(b'%d' % (i % 10) for i in range(1000)), echo=True)
 row('bodies', 'binary-body', post(bytes(range(256)) * 4), {200}, 'keep',
@@ -800,6 +823,33 @@ def _(t):
     echoed(r, b'hello')
     if r.interim != [100]:
         raise Fail('interim answers %r' % r.interim)
+
+
+@case('bodies', 'expect-continue-chunked', echo=True)
+def _(t):
+    c = Conn(t)
+    c.send(req(b'POST /echo HTTP/1.1', b'Host: a', b'Transfer-Encoding: chunked',
+               b'Expect: 100-continue'))
+    deadline = time.monotonic() + t.read_timeout
+    while b'\r\n\r\n' not in c.buf:
+        if not c._fill(deadline):
+            raise Fail('closed before 100 Continue')
+    if not c.buf.startswith(b'HTTP/1.1 100 '):
+        raise Fail('expected 100 Continue first, got %r' % c.buf[:60])
+    c.send(chunked(b'chunk', b'ed'))
+    echoed(c.resp(), b'chunked')
+
+
+@case('bodies', 'expect-on-get')
+def _(t):
+    # A 100-continue expectation without content: the final answer is due;
+    # a 100 before it is harmless (RFC 9110 §10.1.1, §15.2.1).
+    c = Conn(t)
+    c.send(b'GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n')
+    r = c.resp()
+    hello(r)
+    t.choice('100 %s' % ('sent' if r.interim else 'not sent'))
+    c.still_serves()
 
 
 @case('bodies', 'expect-continue-case', echo=True)
@@ -943,6 +993,9 @@ def _(t):
     t.choice('%d, closed' % r.status)
 
 
+smuggle_row('te-cl-http10', req(b'POST /echo HTTP/1.0', b'Content-Length: 3',
+                                b'Transfer-Encoding: chunked', body=chunked(b'hello')),
+            {400, 200}, body=b'hello')
 # RFC 9110 §8.6: a repeated identical value MAY be rejected or reduced to one.
 smuggle_row('cl-duplicate-same', req(b'POST /echo HTTP/1.1', b'Host: a', b'Content-Length: 5',
                                      b'Content-Length: 5', body=b'hello'), {400, 200}, 'any',
@@ -1638,7 +1691,7 @@ class Probe:
                          '--header-timeout-ms', ms(self.header_timeout),
                          '--body-timeout-ms', ms(self.body_timeout),
                          '--keepalive-timeout-ms', ms(self.keepalive_timeout),
-                         '--max-body', str(self.max_body)]
+                         '--max-body', str(self.max_body)] + self.args.server_arg
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         m = re.search(r':(\d+)/', self.proc.stdout.readline())
         if not m:
@@ -1743,6 +1796,8 @@ class CaseRun:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--server', help='bench-server to start (on a free port)')
+    ap.add_argument('--server-arg', action='append', default=[],
+                    help='one more argument for the started server (repeatable)')
     ap.add_argument('--host', default='127.0.0.1')
     ap.add_argument('--port', type=int, default=8080)
     ap.add_argument('--timeouts',
