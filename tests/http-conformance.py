@@ -1171,6 +1171,24 @@ row('syntax', 'field-name-non-token', b'GET / HTTP/1.1\r\nHost: a\r\nX@Y: z\r\n\
 row('syntax', 'value-nul', b'GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n', {400, 200}, 'any')
 row('syntax', 'value-ctl', b'GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n', {400, 200}, 'any')
 row('syntax', 'value-del', b'GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n', {400, 200}, 'any')
+# RFC 9110 §5.6.2: every tchar may appear in a field name.
+row('syntax', 'field-name-all-tchars', b"GET / HTTP/1.1\r\nHost: a\r\nX!#$%&'*+-.^_`|~09az: v\r\n\r\n",
+    {200}, 'keep')
+# RFC 9112 §5.1: OWS after the colon is optional.
+row('syntax', 'no-ows-after-colon', b'POST /echo HTTP/1.1\r\nHost:a\r\nContent-Length:3\r\n\r\nabc',
+    {200}, 'keep', body=b'abc', echo=True)
+row('syntax', 'value-inner-spaces', b'GET / HTTP/1.1\r\nHost: a\r\nX: a  b\t c:d\r\n\r\n', {200}, 'keep')
+# RFC 3986 §3.3: every pchar may appear in a path; an unknown path is 404.
+row('syntax', 'target-all-pchars', b"GET /a-._~!$&'()*+,;=:@%20/?q=/?&x HTTP/1.1\r\nHost: a\r\n\r\n",
+    {404}, 'keep')
+# A query is not decoded to route: an invalid %-escape in it is the
+# handler's business (200), or refused as an invalid URI (400).
+row('syntax', 'query-bad-escape', b'GET /?a=%zz HTTP/1.1\r\nHost: a\r\n\r\n', {200, 400}, 'any')
+row('syntax', 'host-upper-dot', b'GET / HTTP/1.1\r\nHost: A.EXAMPLE.\r\n\r\n', {200}, 'keep')
+row('syntax', 'host-ipv6-zone', b'GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]:80\r\n\r\n', {200, 400},
+    'any')
+row('syntax', 'http10-keep-alive-case', b'GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n', {200},
+    'any')
 row('syntax', 'value-obs-text', b'GET / HTTP/1.1\r\nHost: a\r\nX: caf\xe9\r\n\r\n', {200}, 'keep')
 row('syntax', 'value-empty', b'GET / HTTP/1.1\r\nHost: a\r\nX:\r\nY: \r\n\r\n', {200}, 'keep')
 # RFC 9112 §3.2: 400 for a 1.1 request without Host, with two Host lines,
