@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """http-conformance.py: a black-box HTTP/1.1 conformance probe.
 
-Runs about 190 named cases in eight groups (basics, pipelining, bodies,
+Runs about 270 named cases in eight groups (basics, pipelining, bodies,
 framing, syntax, limits, timeouts, faults) over raw sockets against a
 server with the bench contract (examples/bench-server.c):
 
@@ -31,11 +31,11 @@ Calibration against nginx 1.22: `location = / { return 200 "Hello, World!"; }`
 (404 for methods other than GET and HEAD), `location = /echo` proxied to a
 small echo origin (404 unless POST or PUT), `location / { return 404; }`,
 client_header_timeout, client_body_timeout and keepalive_timeout 1s,
-client_max_body_size 8m; then --port PORT --timeouts 1,1,1. It passes 256
-of 272: it ignores invalid header lines, does not check Host's syntax,
-takes only SP as OWS, answers HTTP/0.9, HTTP/1.10 and ftp:// targets,
-refuses OPTIONS *, and its proxy drops the last of a pipeline that was
-half-closed.
+client_max_body_size 8m, proxy_ignore_client_abort on; then --port PORT
+--timeouts 1,1,1. It passes 259 of 274: it ignores invalid header lines,
+does not check Host's syntax, takes only SP as OWS, answers HTTP/0.9,
+HTTP/1.10 and ftp:// targets, accepts "5 x" as a chunk-size line and
+refuses OPTIONS *.
 WEFT_TEST_WRAPPER, if set, is a command the started server runs under.
 """
 import argparse, hashlib, os, random, re, shlex, signal, socket, subprocess, sys, threading, time
@@ -634,6 +634,9 @@ pipeline_case('http10-in-middle', GET + b'GET / HTTP/1.0\r\n\r\n' + GET, [is_hel
               mode='close')
 # RFC 9112 §2.2: empty lines before a request-line SHOULD be ignored.
 pipeline_case('crlf-between', GET + b'\r\n' + GET, [is_hello, is_hello])
+# Old clients put a CRLF after a POST body: an empty line before the next
+# request-line, ignored (RFC 9112 §2.2).
+pipeline_case('crlf-after-body', post(b'abc') + b'\r\n' + GET, [is_echo(b'abc'), is_hello], echo=True)
 pipeline_case('get-with-body-then-get',
               b'GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nGET /' + GET,
               [is_hello, is_hello])
@@ -1580,6 +1583,16 @@ def _(t):
         status_in(r, {400})
         c.expect_closed()
     t.choice('%s' % ('400, closed' if r else 'closed without an answer'))
+
+
+@case('faults', 'half-close-after-body-crlf', echo=True)
+def _(t):
+    # The empty line after a body begins no request: no 400 for it.
+    c = Conn(t)
+    c.send(post(b'abc') + b'\r\n')
+    c.shut_wr()
+    echoed(c.resp(), b'abc')
+    c.expect_closed(what='for an empty line after a body')
 
 
 @case('faults', 'half-close-only-crlf')
