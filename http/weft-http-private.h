@@ -140,6 +140,8 @@ struct _HttpConn {
                                 * dispatch (as a callback handler would) */
   gboolean input_unread;    /* closing after refusing input still on its way:
                              * linger whether or not it has arrived yet */
+  gboolean head_refused;    /* the head being parsed (or refused) is a HEAD
+                             * request's: a refusal of it has no content */
   gboolean closed;
   atomic_bool gone;         /* closed, readable from any thread */
   gboolean paused;          /* reading stopped: too many unanswered requests */

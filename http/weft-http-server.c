@@ -508,6 +508,9 @@ fail_request (HttpConn *hc, guint status)
     {
       req = weft_http_request_new (hc);
       req->start_us = g_get_monotonic_time ();
+      /* A refused HEAD gets no content either (RFC 9110 §9.3.2): its
+       * client would take the body for the next answer. */
+      req->is_head = hc->head_refused;
       weft_http_pending_push (hc, req);
     }
   hc->reading = NULL;
@@ -942,6 +945,18 @@ post_wind_down (HttpConn *hc)
                      (GDestroyNotify) weft_http_conn_unref);
 }
 
+/* TRUE if the head begun at @data is a HEAD request's (after the empty
+ * lines RFC 9112 §2.2 lets a server skip): for the answer to a head that
+ * is refused or times out before it could be taken. */
+static gboolean
+begins_head_request (const guint8 *data, gsize len)
+{
+  gsize i = 0;
+  while (i < len && (data[i] == '\r' || data[i] == '\n'))
+    i++;
+  return len - i >= 5 && memcmp (data + i, "HEAD ", 5) == 0;
+}
+
 /* TRUE if @data is only CR and LF: empty lines between requests, which
  * RFC 9112 §2.2 lets a server ignore; they begin no request. */
 static gboolean
@@ -1024,6 +1039,8 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
       guint status = 0;
       gssize r = weft_http_parse_request ((const char *) data + consumed, len - consumed,
                                           &server->limits, &head, headers, MAX_HEADERS, &status);
+      if (r < 0) /* not taken: a timeout or a refusal answers it */
+        hc->head_refused = begins_head_request (data + consumed, len - consumed);
       if (r == WEFT_HTTP_INCOMPLETE)
         {
           if (hc->timer == 0 && server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] != 0)

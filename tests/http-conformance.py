@@ -969,6 +969,9 @@ def smuggle_row(name, data, allowed, mode='close', body=None):
 
 # §6.1: a server MAY reject CL with TE, or process by TE alone; either way
 # it MUST close the connection after responding.
+row('framing', 'head-cl-and-te', req(b'HEAD / HTTP/1.1', b'Host: a', b'Content-Length: 3',
+                                    b'Transfer-Encoding: chunked', body=b'0\r\n\r\n'),
+    {400, 200}, 'close', method=b'HEAD')
 smuggle_row('cl-then-te', req(b'POST /echo HTTP/1.1', b'Host: a', b'Content-Length: 4',
                               b'Transfer-Encoding: chunked', body=chunked(b'abc')),
             {400, 200}, body=b'abc')
@@ -1224,6 +1227,15 @@ row('syntax', 'absolute-form-bad-port', b'GET http://a:b/ HTTP/1.1\r\nHost: a\r\
 # RFC 9110 §7.2: an empty Host is the value for a target without authority.
 row('syntax', 'host-empty', b'GET / HTTP/1.1\r\nHost:\r\n\r\n', {400, 200}, 'any')
 row('syntax', 'absolute-form-no-host', b'GET http://a/ HTTP/1.1\r\n\r\n', {400, 200}, 'any')
+# RFC 9110 §9.3.2: no content in any answer to HEAD, refusals included
+# (RFC 9112 §6.3 rule 1: the client reads none, so a body would be taken
+# for the next answer).
+row('syntax', 'head-bad-field', b'HEAD / HTTP/1.1\r\nHost: a\r\nX Y: z\r\n\r\n', {400}, 'any',
+    method=b'HEAD')
+row('syntax', 'head-bad-host', b'HEAD / HTTP/1.1\r\nHost: a b\r\n\r\n', {400}, 'any', method=b'HEAD')
+row('syntax', 'head-version-2', b'HEAD / HTTP/2.0\r\nHost: a\r\n\r\n', {505, 400}, 'any',
+    method=b'HEAD')
+row('syntax', 'head-after-crlf-bad', b'\r\nHEAD / HTTP/1.1\r\n\r\n', {400}, 'any', method=b'HEAD')
 # RFC 9112 §9.6 and RFC 9110 §7.6.1: connection options are case-insensitive tokens.
 row('syntax', 'connection-close-upper', b'GET / HTTP/1.1\r\nHost: a\r\nConnection: CLOSE\r\n\r\n',
     {200}, 'close')
@@ -1242,6 +1254,10 @@ row('limits', 'target-16k', b'GET /' + b'a' * 16384 + b' HTTP/1.1\r\nHost: a\r\n
 row('limits', 'target-64k', b'GET /' + b'a' * 65536 + b' HTTP/1.1\r\nHost: a\r\n\r\n', {414}, 'any',
     silent_ok=False)
 # RFC 6585 §5: header fields too large: 431 (400 is the generic refusal).
+row('limits', 'head-target-16k', b'HEAD /' + b'a' * 16384 + b' HTTP/1.1\r\nHost: a\r\n\r\n', {414},
+    'any', method=b'HEAD')
+row('limits', 'head-field-64k', b'HEAD / HTTP/1.1\r\nHost: a\r\nX: ' + b'v' * 65536 + b'\r\n\r\n',
+    {431, 400}, 'any', method=b'HEAD')
 row('limits', 'field-value-64k', b'GET / HTTP/1.1\r\nHost: a\r\nX: ' + b'v' * 65536 + b'\r\n\r\n',
     {431, 400}, 'any')
 row('limits', 'field-name-16k', b'GET / HTTP/1.1\r\nHost: a\r\n' + b'N' * 16384 + b': v\r\n\r\n',
@@ -1372,6 +1388,20 @@ def _(t):
     c = Conn(t)
     c.send(b'GET / HTTP/1.1\r\nHost: a\r\n')
     expect_timeout_close(t, c, t.header_timeout + t.slack, 'partial head')
+
+
+@case('timeouts', 'slowloris-head-method')
+def _(t):
+    # The 408 to a HEAD request that never ended carries no content either.
+    c = Conn(t)
+    c.send(b'HEAD / HTTP/1.1\r\nHost: a\r\n')
+    r = c.maybe_resp(b'HEAD', timeout=t.header_timeout + t.slack)
+    if r is None:
+        t.choice('closed without an answer')
+        return
+    status_in(r, {408})
+    c.expect_closed(timeout=t.slack)
+    t.choice('408, closed')
 
 
 @case('timeouts', 'slowloris-request-line')

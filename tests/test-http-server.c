@@ -434,6 +434,37 @@ test_bad_requests (void)
   srv_stop (&s);
 }
 
+/* RFC 9110 §9.3.2: the server's own refusals of a HEAD request (a bad
+ * head, a version it does not speak, a head that timed out) carry no
+ * content: each answer ends with its head. */
+static void
+test_head_refusals (void)
+{
+  Srv s;
+  srv_start (&s, 0, 300);
+  const char *reqs[] = {
+    "HEAD / HTTP/1.1\r\nHost: a b\r\n\r\n",
+    "\r\nHEAD / HTTP/1.1\r\nX Y: z\r\n\r\n",
+    "HEAD / HTTP/2.0\r\nHost: a\r\n\r\n",
+    "HEAD / HTTP/1.1\r\nHost: a\r\n", /* 408 */
+  };
+  const char *status[] = { "HTTP/1.1 400 ", "HTTP/1.1 400 ", "HTTP/1.1 505 ", "HTTP/1.1 408 " };
+  for (guint i = 0; i < G_N_ELEMENTS (reqs); i++)
+    {
+      gchar *got = exchange_to_close (s.port, reqs[i]);
+      if (!g_str_has_prefix (got, status[i]) || !g_str_has_suffix (got, "\r\n\r\n") ||
+          strstr (got, "Content-Length: ") == NULL)
+        g_error ("refused HEAD %u:\n%s", i, got);
+      g_free (got);
+    }
+  /* The same refusal of a GET keeps its text. */
+  gchar *got = exchange_to_close (s.port, "GET / HTTP/1.1\r\nHost: a b\r\n\r\n");
+  if (!g_str_has_suffix (got, "\r\n\r\n400 Bad Request\n"))
+    g_error ("refused GET:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
 /* A head that never ends is answered 408 and closed after the request
  * timeout, not held (slowloris). */
 static void
@@ -1179,6 +1210,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
   g_test_add_func ("/http-server/bad-requests", test_bad_requests);
   g_test_add_func ("/http-server/request-timeout", test_request_timeout);
+  g_test_add_func ("/http-server/head-refusals", test_head_refusals);
   g_test_add_func ("/http-server/static-files", test_static_files);
   g_test_add_func ("/http-server/static-hostile-paths", test_static_hostile_paths);
   g_test_add_func ("/http-server/static-files-fallback", test_static_files_fallback);
