@@ -442,6 +442,10 @@ row('basics', 'echo-query-string', post(b'q', path=b'/echo?x=1'), {200}, 'keep',
 row('basics', 'absolute-form', b'GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n', {200}, 'keep')
 row('basics', 'absolute-form-other-host', b'GET http://b.example/ HTTP/1.1\r\nHost: a\r\n\r\n',
     {200}, 'keep')
+row('basics', 'absolute-form-https', b'GET https://a/ HTTP/1.1\r\nHost: a\r\n\r\n', {200}, 'keep')
+row('basics', 'absolute-form-echo', post(b'abs', path=b'http://a:80/echo'), {200}, 'keep', body=b'abs',
+    echo=True)
+row('basics', 'empty-query', b'GET /? HTTP/1.1\r\nHost: a\r\n\r\n', {200}, 'keep')
 row('basics', 'absolute-form-empty-path', b'GET http://a HTTP/1.1\r\nHost: a\r\n\r\n', {200}, 'keep')
 # RFC 9110 §4.2.3: the scheme and host are case-insensitive.
 row('basics', 'absolute-form-scheme-case', b'GET HTTP://A/ HTTP/1.1\r\nHost: a\r\n\r\n', {200}, 'keep')
