@@ -32,7 +32,7 @@ Calibration against nginx 1.22: `location = / { return 200 "Hello, World!"; }`
 small echo origin (404 unless POST or PUT), `location / { return 404; }`,
 client_header_timeout, client_body_timeout and keepalive_timeout 1s,
 client_max_body_size 8m, proxy_ignore_client_abort on; then --port PORT
---timeouts 1,1,1. It passes 270 of 285: it ignores invalid header lines,
+--timeouts 1,1,1. It passes 271 of 286: it ignores invalid header lines,
 does not check Host's syntax, takes only SP as OWS, answers HTTP/0.9,
 HTTP/1.10 and ftp:// targets, accepts "5 x" as a chunk-size line and
 refuses OPTIONS *.
@@ -692,6 +692,17 @@ def _(t):
         t.choice('400, then the next request answered')
     else:
         t.choice('400, closed')
+
+
+@case('pipelining', 'get-then-bad-head')
+def _(t):
+    # The refusal of a pipelined HEAD has no content either (RFC 9110 §9.3.2).
+    c = Conn(t)
+    c.send(GET + b'HEAD / HTTP/1.1\r\nHost a\r\n\r\n')
+    hello(c.resp())
+    r = c.resp(b'HEAD')
+    status_in(r, {400})
+    t.choice('400, %s' % after(t, c, r, 'any'))
 
 
 @case('pipelining', 'expect-continue-pipelined', echo=True)
