@@ -659,6 +659,12 @@ pipeline_case('big-echoes-in-order',
 pipeline_case('post-root-then-get', req(b'POST / HTTP/1.1', b'Host: a', b'Content-Length: 9',
                                        body=b'GET /x HT') + GET,
               [lambda r: status_in(r, {404, 405}), is_hello])
+pipeline_case('unknown-method-body-then-get',
+              req(b'BREW /pot HTTP/1.1', b'Host: a', b'Content-Length: 9', body=b'GET /x HT') + GET,
+              [lambda r: status_in(r, {501, 405, 404}), is_hello])
+pipeline_case('head-with-body-then-get',
+              req(b'HEAD / HTTP/1.1', b'Host: a', b'Transfer-Encoding: chunked', body=chunked(b'GET /')) + GET,
+              [is_head, is_hello])
 pipeline_case('get-404-body-then-get', req(b'GET /nope HTTP/1.1', b'Host: a', b'Content-Length: 4',
                                            body=b'\r\n\r\n') + GET,
               [is_status(404), is_hello])
