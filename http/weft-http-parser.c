@@ -268,35 +268,29 @@ conn_element (WeftHttpSlice el, gpointer data)
   return TRUE;
 }
 
+/* The shape of Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986
+ * §3.2.2), for a value whose bytes are all C_HOST: an IP-literal in
+ * brackets (its characters checked, not the address) or a non-empty
+ * reg-name (IPv4 is one) whose escapes are "%" HEXDIG HEXDIG, then
+ * nothing, or ":" and digits. */
 static gboolean
-valid_host (WeftHttpSlice h)
+host_shape_ok (WeftHttpSlice h)
 {
-  /* Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): an
-   * IP-literal in brackets or a reg-name (IPv4 is one), then digits after
-   * one colon. Empty is allowed by RFC 9110 §7.2 only for targets without
-   * an authority, which origin-form requests to us are not: require a
-   * host. Characters are checked, not the address inside the brackets. */
   const char *p = h.ptr, *end = h.ptr + h.len;
   if (p < end && *p == '[')
     {
-      p++;
-      while (p < end && *p != ']' && *p != '[' && IS (*p, C_HOST))
-        p++;
-      if (p == end || *p != ']' || p == h.ptr + 1)
+      const char *close = memchr (p, ']', h.len);
+      if (close == NULL || close == p + 1 || memchr (p + 1, '[', (gsize) (close - p - 1)) != NULL)
         return FALSE;
-      p++;
+      p = close + 1;
     }
   else
     {
       const char *s = p;
       for (; p < end && *p != ':'; p++)
-        {
-          if (!IS (*p, C_HOST) || *p == '[' || *p == ']')
-            return FALSE;
-          /* pct-encoded = "%" HEXDIG HEXDIG */
-          if (*p == '%' && (end - p < 3 || !g_ascii_isxdigit (p[1]) || !g_ascii_isxdigit (p[2])))
-            return FALSE;
-        }
+        if (*p == '[' || *p == ']' ||
+            (*p == '%' && (end - p < 3 || !g_ascii_isxdigit (p[1]) || !g_ascii_isxdigit (p[2]))))
+          return FALSE;
       if (p == s)
         return FALSE;
     }
@@ -308,6 +302,20 @@ valid_host (WeftHttpSlice h)
     if (!g_ascii_isdigit (*p))
       return FALSE;
   return TRUE;
+}
+
+static gboolean
+valid_host (WeftHttpSlice h)
+{
+  /* Host = uri-host [ ":" port ]; empty is allowed by RFC 9110 §7.2 only
+   * for targets without an authority, which origin-form requests to us
+   * are not: require something. */
+  if (h.len == 0)
+    return FALSE;
+  for (gsize i = 0; i < h.len; i++)
+    if (!IS (h.ptr[i], C_HOST))
+      return FALSE;
+  return host_shape_ok (h);
 }
 
 /* Splits an origin-form (or absolute-form path part) target at '?'. */
