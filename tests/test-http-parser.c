@@ -243,6 +243,98 @@ check_row (gconstpointer data)
   munmap (map, map_len);
 }
 
+/* ---- every byte in every position ----------------------------------------- */
+
+/* The scans test many bytes at once (16 with SSE2, 8 in a word otherwise,
+ * then the buffer's last bytes or a byte loop), so each byte value is
+ * tried at every position of a 40-byte method, target, header name and
+ * header value, against the classes written out from the RFCs here. */
+
+typedef enum { FIELD_METHOD, FIELD_TARGET, FIELD_NAME, FIELD_VALUE } Field;
+
+#define FIELD_LEN 40
+
+static gboolean
+is_tchar (guint c)
+{
+  return g_ascii_isalnum (c) || (c != 0 && strchr ("!#$%&'*+-.^_`|~", (int) c) != NULL);
+}
+
+/* Whether a request with @c at @pos of @field parses. */
+static gboolean
+byte_allowed (Field field, guint c, guint pos)
+{
+  switch (field)
+    {
+    case FIELD_METHOD:
+      return is_tchar (c);
+    case FIELD_TARGET:
+      /* VCHAR but '#' (no fragment); position 0 is never tried: it is
+       * the '/' of the origin form. */
+      return c > 0x20 && c < 0x7f && c != '#';
+    case FIELD_NAME:
+      /* A colon inside ends the name early: the rest goes to the value. */
+      return is_tchar (c) || (c == ':' && pos > 0);
+    default:
+      /* VCHAR, obs-text, and SP or HTAB (trimmed at either end). */
+      return (c > 0x20 && c != 0x7f) || c == ' ' || c == '\t';
+    }
+}
+
+static void
+test_every_byte (gconstpointer data)
+{
+  Field field = GPOINTER_TO_INT (data);
+  char f[FIELD_LEN + 1];
+  memset (f, field == FIELD_METHOD ? 'A' : 'a', FIELD_LEN);
+  f[FIELD_LEN] = '\0';
+  if (field == FIELD_TARGET)
+    f[0] = '/';
+  /* The field under test comes last where it can, so its end is in the
+   * buffer's last 16 bytes. */
+  gchar *text;
+  switch (field)
+    {
+    case FIELD_METHOD:
+      text = g_strdup_printf ("%s / HTTP/1.1\r\nHost: h\r\n\r\n", f);
+      break;
+    case FIELD_TARGET:
+      text = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: h\r\n\r\n", f);
+      break;
+    case FIELD_NAME:
+      text = g_strdup_printf ("GET / HTTP/1.1\r\nHost: h\r\n%s: v\r\n\r\n", f);
+      break;
+    default:
+      text = g_strdup_printf ("GET / HTTP/1.1\r\nHost: h\r\nX: %s\r\n\r\n", f);
+      break;
+    }
+  gsize len = strlen (text);
+  gsize at = (gsize) (strstr (text, f) - text);
+  gpointer map;
+  gsize map_len;
+  char *buf = guarded_copy (text, len, &map, &map_len);
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpHead req;
+  guint tried = 0;
+  for (guint pos = field == FIELD_TARGET ? 1 : 0; pos < FIELD_LEN; pos++)
+    for (guint c = 0; c < 256; c++)
+      {
+        buf[at + pos] = (char) c;
+        guint status = 0;
+        gssize r = parse (buf, len, &req, headers, &status);
+        if (byte_allowed (field, c, pos) != (r == (gssize) len))
+          g_error ("field %d, byte 0x%02x at %u: %s (status %u)", field, c, pos,
+                   r == (gssize) len ? "accepted" : "refused", status);
+        if (r != (gssize) len)
+          g_assert_cmpuint (status, ==, 400);
+        tried++;
+        buf[at + pos] = text[at + pos];
+      }
+  g_assert_cmpuint (tried, ==, (FIELD_LEN - (field == FIELD_TARGET)) * 256);
+  munmap (map, map_len);
+  g_free (text);
+}
+
 /* ---- limits ------------------------------------------------------------- */
 
 static void
@@ -466,6 +558,14 @@ main (int argc, char **argv)
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
+  g_test_add_data_func ("/http-parser/every-byte/method", GINT_TO_POINTER (FIELD_METHOD),
+                        test_every_byte);
+  g_test_add_data_func ("/http-parser/every-byte/target", GINT_TO_POINTER (FIELD_TARGET),
+                        test_every_byte);
+  g_test_add_data_func ("/http-parser/every-byte/name", GINT_TO_POINTER (FIELD_NAME),
+                        test_every_byte);
+  g_test_add_data_func ("/http-parser/every-byte/value", GINT_TO_POINTER (FIELD_VALUE),
+                        test_every_byte);
   for (guint i = 0; i < G_N_ELEMENTS (chunk_rows); i++)
     {
       gchar *path = g_strdup_printf ("/http-parser/chunked/%s", chunk_rows[i].name);
