@@ -18,6 +18,7 @@ enum {
   C_VALUE = 1 << 2,  /* field-value: VCHAR, obs-text, SP, HTAB */
   C_HOST = 1 << 3,   /* Host: reg-name, IP-literal, port */
   C_OWS = 1 << 4,    /* SP, HTAB */
+  C_PATH = 1 << 5,   /* C_TARGET but '?': the target's scan stops at the query */
 };
 
 static guint8 classes[256];
@@ -39,6 +40,8 @@ init_classes (void)
         k |= C_HOST;
       if (c == ' ' || c == '\t')
         k |= C_OWS;
+      if ((k & C_TARGET) && c != '?')
+        k |= C_PATH;
       classes[c] = k;
     }
   atomic_store_explicit (&classes_ready, TRUE, memory_order_release);
@@ -62,7 +65,8 @@ ensure_classes (void)
  * byte at or after @p that may end a run of @kind, or @end: every byte
  * before it is in the run's class, but the byte it stops at may be one too
  * (the wide tests are narrower than the classes: a tab in a value, a digit
- * in a name), so callers check it with IS() and scan on. @lo is the
+ * in a name; the target's stops at '?' on purpose), so callers check it
+ * and scan on. @lo is the
  * start of the buffer: the bytes from @lo to @end may be read.
  *
  * x86-64 always has SSE2: 16 bytes per step there. Elsewhere, or built
@@ -70,7 +74,7 @@ ensure_classes (void)
  * step in a 64-bit word on little-endian CPUs, then a byte loop. */
 enum { RUN_NAME, RUN_VALUE, RUN_TARGET };
 
-static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_TARGET };
+static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH };
 
 #if defined(__SSE2__) && !defined(WEFT_HTTP_PARSER_NO_SIMD)
 #include <emmintrin.h>
@@ -99,10 +103,12 @@ stops16 (__m128i x, int kind)
     case RUN_TARGET:
       {
         /* 0x21 to 0x7e compared as signed bytes (0x80 and up are
-         * negative), without '#'. */
+         * negative), without '#'; '?' stops too (the query's start). */
         __m128i ok = _mm_and_si128 (_mm_cmpgt_epi8 (x, _mm_set1_epi8 (0x20)),
                                     _mm_cmplt_epi8 (x, _mm_set1_epi8 (0x7f)));
-        ok = _mm_andnot_si128 (_mm_cmpeq_epi8 (x, _mm_set1_epi8 ('#')), ok);
+        __m128i hash_q = _mm_or_si128 (_mm_cmpeq_epi8 (x, _mm_set1_epi8 ('#')),
+                                       _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('?')));
+        ok = _mm_andnot_si128 (hash_q, ok);
         return (guint) _mm_movemask_epi8 (ok) ^ 0xffffu;
       }
     default:
@@ -161,7 +167,8 @@ stops8 (guint64 x, int kind)
       /* Controls (HTAB among them) and DEL. */
       return HAS_LESS (x, 0x20) | HAS_BYTE (x, 0x7f);
     case RUN_TARGET:
-      return HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#');
+      return HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#') |
+             HAS_BYTE (x, '?');
     default:
       {
         /* Letters and '-', per byte without carries between bytes: the
@@ -372,11 +379,11 @@ valid_host (WeftHttpSlice h)
   return all != 0;
 }
 
-/* Splits an origin-form (or absolute-form path part) target at '?'. */
+/* Splits an origin-form (or absolute-form path part) target at @q, its
+ * first '?' (the scan of the target found it), or NULL if none. */
 static void
-split_path (WeftHttpHead *req, const char *p, const char *end)
+split_path (WeftHttpHead *req, const char *p, const char *end, const char *q)
 {
-  const char *q = memchr (p, '?', (gsize) (end - p));
   if (q == NULL)
     {
       req->path = (WeftHttpSlice) { p, (gsize) (end - p) };
@@ -389,8 +396,9 @@ split_path (WeftHttpHead *req, const char *p, const char *end)
     }
 }
 
+/* @qmark: the target's first '?', or NULL. */
 static guint
-classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
+classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark)
 {
   const char *t = req->target.ptr, *end = t + req->target.len;
   /* Methods are case-sensitive (RFC 9110 §9.1). */
@@ -431,7 +439,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
   if (t[0] == '/')
     {
       req->form = WEFT_HTTP_FORM_ORIGIN;
-      split_path (req, t, end);
+      split_path (req, t, end, qmark);
       return 0;
     }
   /* absolute-form: scheme "://" authority path-abempty [ "?" query ] */
@@ -461,7 +469,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
                              : (WeftHttpSlice) { ae + 1, (gsize) (end - ae - 1) };
     }
   else
-    split_path (req, ae, end);
+    split_path (req, ae, end, qmark); /* no '?' before @ae: it is the first */
   return 0;
 }
 
@@ -483,7 +491,7 @@ name_key (WeftHttpSlice name)
 /* The header section is syntactically fine: apply the framing and Host
  * rules. Returns 0 or a status. */
 static guint
-check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits)
+check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qmark)
 {
   guint n_host = 0, n_cl = 0, n_te = 0;
   WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
@@ -587,7 +595,7 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits)
   if (req->minor_version >= 1 && n_host == 0)
     return 400;
   WeftHttpSlice authority;
-  guint st = classify_target (req, &authority);
+  guint st = classify_target (req, &authority, qmark);
   if (st != 0)
     return st;
   req->host = authority.ptr != NULL ? authority : host;
@@ -653,7 +661,14 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
 
   /* request-target, then exactly one SP */
   s = p;
-  p = scan (p, end, buf, RUN_TARGET); /* exact for the target: no tab-like exceptions */
+  const char *qmark = NULL; /* the first '?': where the query starts */
+  p = scan (p, end, buf, RUN_TARGET);
+  while (p < end && *p == '?')
+    {
+      if (qmark == NULL)
+        qmark = p;
+      p = scan (p + 1, end, buf, RUN_TARGET);
+    }
   if ((gsize) (p - s) > limits->max_target)
     FAIL (414);
   if (p == end)
@@ -765,7 +780,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   if ((gsize) (p - buf) > limits->max_head)
     FAIL (431);
 
-  guint st = check_semantics (req, limits);
+  guint st = check_semantics (req, limits, qmark);
   if (st != 0)
     FAIL (st);
   return (gssize) (p - buf);

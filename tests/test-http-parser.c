@@ -35,6 +35,9 @@ static const Row rows[] = {
   /* accepted */
   OK ("simple-get", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", "", "a", WEFT_HTTP_BODY_NONE, 0, 1),
   OK ("query", "GET /p/q?x=1&y=%20 HTTP/1.1\r\nHost: a:8080\r\n\r\n", "GET", "/p/q", "x=1&y=%20", "a:8080", -1, 0, 1),
+  /* The query starts at the first '?'; later ones are part of it. */
+  OK ("query-two-marks", "GET /a/path/longer/than/sixteen?x=?&y?z HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/a/path/longer/than/sixteen", "x=?&y?z", "a", -1, 0, 1),
+  OK ("query-empty", "GET /p? HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/p", "", "a", -1, 0, 1),
   OK ("http10-no-host", "GET / HTTP/1.0\r\n\r\n", "GET", "/", "", "", WEFT_HTTP_BODY_NONE, 0, 0),
   OK ("http10-keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", "GET", "/", NULL, NULL, -1, 0, 1),
   OK ("connection-close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 0),
@@ -47,6 +50,7 @@ static const Row rows[] = {
   OK ("obs-text-value", "GET / HTTP/1.1\r\nHost: a\r\nX-T: caf\xc3\xa9\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, -1),
   OK ("http-1-2-as-1-1", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 1),
   OK ("absolute-form", "GET http://example.com:81/x?y HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/x", "y", "example.com:81", -1, 0, -1),
+  OK ("absolute-form-query-no-path", "GET http://example.com?y?z HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/", "y?z", "example.com", -1, 0, -1),
   OK ("absolute-form-empty-path", "GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n", NULL, "/", "", "example.com", -1, 0, -1),
   OK ("asterisk-options", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", NULL, NULL, -1, 0, -1),
   OK ("connect-authority", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT", "", NULL, "example.com:443", -1, 0, -1),
