@@ -126,16 +126,6 @@ stops16 (__m128i x, int kind)
 static inline const char *
 scan (const char *p, const char *end, const char *lo, int kind)
 {
-  /* Values are mostly 16 to 64 bytes: 32 per step halves the exits whose
-   * count varies (each a likely mispredict). */
-  if (kind == RUN_VALUE)
-    while (end - p >= 32)
-      {
-        guint m = stops16 (load128 (p), kind) | stops16 (load128 (p + 16), kind) << 16;
-        if (m != 0)
-          return p + __builtin_ctz (m);
-        p += 32;
-      }
   while (end - p >= 16)
     {
       guint m = stops16 (load128 (p), kind);
