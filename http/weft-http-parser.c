@@ -72,9 +72,9 @@ ensure_classes (void)
  * x86-64 always has SSE2: 16 bytes per step there. Elsewhere, or built
  * with WEFT_HTTP_PARSER_NO_SIMD (the tests build that too), 8 bytes per
  * step in a 64-bit word on little-endian CPUs, then a byte loop. */
-enum { RUN_NAME, RUN_VALUE, RUN_TARGET };
+enum { RUN_NAME, RUN_VALUE, RUN_TARGET, RUN_HOST };
 
-static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH };
+static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH, C_HOST };
 
 #if defined(__SSE2__) && !defined(WEFT_HTTP_PARSER_NO_SIMD)
 #include <emmintrin.h>
@@ -114,13 +114,34 @@ stops16 (__m128i x, int kind)
     default:
       {
         /* Letters (OR 0x20 folds case; then x - 'a' <= 25 unsigned) and
-         * '-': what names and methods are nearly always made of. */
+         * '-': what names and methods are nearly always made of; host
+         * names also of digits, '.' and ':'. */
         __m128i d = _mm_sub_epi8 (_mm_or_si128 (x, _mm_set1_epi8 (0x20)), _mm_set1_epi8 ('a'));
-        __m128i letter = _mm_cmpeq_epi8 (_mm_min_epu8 (d, _mm_set1_epi8 (25)), d);
-        __m128i dash = _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('-'));
-        return (guint) _mm_movemask_epi8 (_mm_or_si128 (letter, dash)) ^ 0xffffu;
+        __m128i ok = _mm_or_si128 (_mm_cmpeq_epi8 (_mm_min_epu8 (d, _mm_set1_epi8 (25)), d),
+                                   _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('-')));
+        if (kind == RUN_HOST)
+          {
+            __m128i n = _mm_sub_epi8 (x, _mm_set1_epi8 ('0'));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (_mm_min_epu8 (n, _mm_set1_epi8 (9)), n));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('.')));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (x, _mm_set1_epi8 (':')));
+          }
+        return (guint) _mm_movemask_epi8 (ok) ^ 0xffffu;
       }
     }
+}
+
+#define HAVE_SHORT_RUN 1
+/* Whether the @n bytes at @p (at most 16, within @lo to @end, which holds
+ * 16 bytes or more) may all be in @kind's class: FALSE is not a verdict,
+ * only that the exact test must decide. One load, no loop. */
+static inline gboolean
+short_run (const char *p, gsize n, const char *lo, const char *end, int kind)
+{
+  const char *w = end - p >= 16 ? p : end - 16;
+  (void) lo;
+  guint m = stops16 (load128 (w), kind) >> (p - w);
+  return (m & ((1u << n) - 1)) == 0;
 }
 
 static inline const char *
@@ -363,14 +384,23 @@ conn_element (WeftHttpSlice el, gpointer data)
   return TRUE;
 }
 
+/* @lo, @end: the parsed head, which holds @h. */
 static gboolean
-valid_host (WeftHttpSlice h)
+valid_host (WeftHttpSlice h, const char *lo, const char *end)
 {
   /* Host = uri-host [ ":" port ]; empty is allowed by RFC 9110 §7.2 only
    * for targets without an authority, which origin-form requests to us
    * are not: require something. */
   if (h.len == 0)
     return FALSE;
+#ifdef HAVE_SHORT_RUN
+  /* Most hosts: 16 bytes or fewer of letters, digits, '.', '-', ':'. */
+  if (h.len <= 16 && end - lo >= 16 && short_run (h.ptr, h.len, lo, end, RUN_HOST))
+    return TRUE;
+#else
+  (void) lo;
+  (void) end;
+#endif
   /* ANDed over the bytes, one test at the end: the loop has no exit that
    * depends on the data. */
   guint8 all = C_HOST;
@@ -396,9 +426,10 @@ split_path (WeftHttpHead *req, const char *p, const char *end, const char *q)
     }
 }
 
-/* @qmark: the target's first '?', or NULL. */
+/* @qmark: the target's first '?', or NULL; @lo, @end: the parsed head. */
 static guint
-classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark)
+classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark, const char *lo,
+                 const char *end_of_head)
 {
   const char *t = req->target.ptr, *end = t + req->target.len;
   /* Methods are case-sensitive (RFC 9110 §9.1). */
@@ -457,7 +488,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark)
   while (ae < end && *ae != '/' && *ae != '?')
     ae++;
   WeftHttpSlice auth = { a, (gsize) (ae - a) };
-  if (!valid_host (auth) || memchr (a, '@', auth.len) != NULL) /* no userinfo */
+  if (!valid_host (auth, lo, end_of_head) || memchr (a, '@', auth.len) != NULL) /* no userinfo */
     return 400;
   req->form = WEFT_HTTP_FORM_ABSOLUTE;
   *authority = auth;
@@ -491,7 +522,8 @@ name_key (WeftHttpSlice name)
 /* The header section is syntactically fine: apply the framing and Host
  * rules. Returns 0 or a status. */
 static guint
-check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qmark)
+check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qmark,
+                 const char *lo, const char *end)
 {
   guint n_host = 0, n_cl = 0, n_te = 0;
   WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
@@ -518,7 +550,15 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qm
       else if (key == KEY ("conn", 10))
         {
           if (slice_ieq (h->name, "connection"))
-            for_each_element (h->value, conn_element, &conn);
+            {
+              /* Usually the whole value is one of the two we look for. */
+              if (slice_ieq (h->value, "keep-alive"))
+                conn.keep_alive = TRUE;
+              else if (slice_ieq (h->value, "close"))
+                conn.close = TRUE;
+              else
+                for_each_element (h->value, conn_element, &conn);
+            }
         }
       else if (key == KEY ("cont", 14))
         {
@@ -590,12 +630,12 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qm
    * target's authority wins over it. */
   if (n_host > 1)
     return 400;
-  if (n_host == 1 && !valid_host (host))
+  if (n_host == 1 && !valid_host (host, lo, end))
     return 400;
   if (req->minor_version >= 1 && n_host == 0)
     return 400;
   WeftHttpSlice authority;
-  guint st = classify_target (req, &authority, qmark);
+  guint st = classify_target (req, &authority, qmark, lo, end);
   if (st != 0)
     return st;
   req->host = authority.ptr != NULL ? authority : host;
@@ -678,39 +718,49 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   req->target = (WeftHttpSlice) { s, (gsize) (p - s) };
   p++;
 
-  /* HTTP-version = "HTTP/" DIGIT "." DIGIT, case-sensitive */
-  static const char proto[] = "HTTP/";
-  for (guint i = 0; i < 5; i++, p++)
+  /* HTTP-version = "HTTP/" DIGIT "." DIGIT, case-sensitive. Nearly always
+   * "HTTP/1.1" or "HTTP/1.0" then CRLF, whole in the buffer: one compare. */
+  if (G_LIKELY (end - p >= 10 && memcmp (p, "HTTP/1.", 7) == 0 && (p[7] == '1' || p[7] == '0') &&
+                p[8] == '\r' && p[9] == '\n'))
     {
+      req->minor_version = (guint) (p[7] - '0');
+      p += 10;
+    }
+  else
+    {
+      static const char proto[] = "HTTP/";
+      for (guint i = 0; i < 5; i++, p++)
+        {
+          if (p == end)
+            NEED_MORE (FALSE);
+          if (*p != proto[i])
+            FAIL (400);
+        }
+      if (end - p < 3)
+        {
+          for (const char *q = p; q < end; q++)
+            if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
+              FAIL (400);
+          NEED_MORE (FALSE);
+        }
+      if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
+        FAIL (400);
+      if (p[0] != '1')
+        FAIL (505);
+      req->minor_version = (guint) (p[2] - '0');
+      if (req->minor_version > 1)
+        req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
+      p += 3;
       if (p == end)
         NEED_MORE (FALSE);
-      if (*p != proto[i])
+      if (*p != '\r')
         FAIL (400);
+      if (p + 1 == end)
+        NEED_MORE (FALSE);
+      if (p[1] != '\n')
+        FAIL (400);
+      p += 2;
     }
-  if (end - p < 3)
-    {
-      for (const char *q = p; q < end; q++)
-        if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
-          FAIL (400);
-      NEED_MORE (FALSE);
-    }
-  if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
-    FAIL (400);
-  if (p[0] != '1')
-    FAIL (505);
-  req->minor_version = (guint) (p[2] - '0');
-  if (req->minor_version > 1)
-    req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
-  p += 3;
-  if (p == end)
-    NEED_MORE (FALSE);
-  if (*p != '\r')
-    FAIL (400);
-  if (p + 1 == end)
-    NEED_MORE (FALSE);
-  if (p[1] != '\n')
-    FAIL (400);
-  p += 2;
 
   /* field-line = field-name ":" OWS field-value OWS CRLF. The scans stop
    * at the byte that usually ends a run (':', CR), so the common path
@@ -730,9 +780,8 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
           break;
         }
       /* A line starting with whitespace is obs-fold (or garbage): refused
-       * (RFC 9112 §5.2 lets a server reject it with 400). */
-      if (*p == ' ' || *p == '\t' || *p == '\n')
-        FAIL (400);
+       * (RFC 9112 §5.2 lets a server reject it with 400) as an empty name
+       * or a name with a byte that is not a token's, below. */
       s = p;
       p = scan (p, end, buf, RUN_NAME);
       while (p == end || *p != ':')
@@ -749,6 +798,8 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
         FAIL (400);
       WeftHttpSlice name = { s, (gsize) (p - s) };
       p++;
+      if (p < end && *p == ' ') /* the usual single SP, without the loop */
+        p++;
       while (p < end && IS (*p, C_OWS))
         p++;
       s = p;
@@ -780,7 +831,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   if ((gsize) (p - buf) > limits->max_head)
     FAIL (431);
 
-  guint st = check_semantics (req, limits, qmark);
+  guint st = check_semantics (req, limits, qmark, buf, p);
   if (st != 0)
     FAIL (st);
   return (gssize) (p - buf);
