@@ -519,90 +519,122 @@ name_key (WeftHttpSlice name)
   ((guint64) (len) << 32 | (guint32) (guint8) (s)[0] | (guint32) (guint8) (s)[1] << 8           \
    | (guint32) (guint8) (s)[2] << 16 | (guint32) (guint8) (s)[3] << 24)
 
+/* What the framing and Host rules need from the header lines, gathered
+ * while they are parsed. */
+typedef struct {
+  guint n_host, n_cl, n_te;
+  WeftHttpSlice host; /* absent: empty, never NULL */
+  TeScan te;
+  ConnScan conn;
+  guint64 cl;
+  gboolean cl_too_big;
+  gboolean cl_bad; /* a Content-Length that is not 1*DIGIT: 400 */
+  gboolean expect_continue;
+} Framing;
+
+/* The five names that matter here have lengths 4, 6, 10, 14 and 17, which
+ * are told apart by (length / 2) % 8: that slot's name_key() is the only
+ * one a name can match. Most lines match none, at the cost of one
+ * compare (a switch on the length was a jump table, mispredicted about
+ * every other header). */
+enum { SLOT_TE = 0, SLOT_HOST = 2, SLOT_EXPECT = 3, SLOT_CONNECTION = 5, SLOT_CL = 7 };
+
+static const guint64 framing_keys[8] = {
+  [SLOT_TE] = KEY ("tran", 17),
+  [SLOT_HOST] = KEY ("host", 4),
+  [SLOT_EXPECT] = KEY ("expe", 6),
+  [SLOT_CONNECTION] = KEY ("conn", 10),
+  [SLOT_CL] = KEY ("cont", 14),
+};
+
+static inline gboolean
+framing_slot (WeftHttpSlice name, guint *slot)
+{
+  /* 4 to 17 bytes: one unsigned compare; name_key() needs 4. */
+  if (name.len - 4 > 13)
+    return FALSE;
+  *slot = (guint) (name.len >> 1) & 7;
+  return name_key (name) == framing_keys[*slot];
+}
+
+/* A header line whose name's length and first four bytes are those of
+ * @slot's name. */
+static void
+note_framing (Framing *fr, guint slot, WeftHttpSlice name, WeftHttpSlice value)
+{
+  switch (slot)
+    {
+    case SLOT_HOST: /* the key is the whole name */
+      fr->n_host++;
+      fr->host = value;
+      break;
+    case SLOT_CONNECTION:
+      if (slice_ieq (name, "connection"))
+        {
+          /* Usually the whole value is one of the two we look for. */
+          if (slice_ieq (value, "keep-alive"))
+            fr->conn.keep_alive = TRUE;
+          else if (slice_ieq (value, "close"))
+            fr->conn.close = TRUE;
+          else
+            for_each_element (value, conn_element, &fr->conn);
+        }
+      break;
+    case SLOT_CL:
+      if (slice_ieq (name, "content-length"))
+        {
+          /* Content-Length = 1*DIGIT, once (a list or a repeat, even of
+           * the same value, is refused: RFC 9112 §6.3 lets us, and it
+           * closes the door on smuggling through disagreeing parsers). */
+          fr->n_cl++;
+          if (value.len == 0)
+            fr->cl_bad = TRUE;
+          fr->cl = 0;
+          for (gsize k = 0; k < value.len; k++)
+            {
+              char c = value.ptr[k];
+              if (!g_ascii_isdigit (c))
+                {
+                  fr->cl_bad = TRUE;
+                  break;
+                }
+              if (fr->cl > (G_MAXUINT64 - 9) / 10)
+                {
+                  fr->cl_too_big = TRUE; /* more than any limit; keep checking digits */
+                  continue;
+                }
+              fr->cl = fr->cl * 10 + (guint64) (c - '0');
+            }
+        }
+      break;
+    case SLOT_TE:
+      if (slice_ieq (name, "transfer-encoding"))
+        {
+          fr->n_te++;
+          for_each_element (value, te_element, &fr->te);
+        }
+      break;
+    case SLOT_EXPECT:
+      if (slice_ieq (name, "expect") && slice_ieq (value, "100-continue"))
+        fr->expect_continue = TRUE;
+      break;
+    default:
+      g_assert_not_reached ();
+    }
+}
+
 /* The header section is syntactically fine: apply the framing and Host
  * rules. Returns 0 or a status. */
 static guint
-check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qmark,
-                 const char *lo, const char *end)
+check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const Framing *fr,
+                 const char *qmark, const char *lo, const char *end)
 {
-  guint n_host = 0, n_cl = 0, n_te = 0;
-  WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
-  TeScan te = { 0 };
-  ConnScan conn = { 0 };
-  guint64 cl = 0;
-  gboolean cl_too_big = FALSE;
-
-  for (gsize i = 0; i < req->n_headers; i++)
-    {
-      WeftHttpHeader *h = &req->headers[i];
-      /* Five names matter here and most headers are none of them: their
-       * length and first four bytes, case folded, set them apart with a
-       * few well-predicted compares (a switch on the length was a jump
-       * table, mispredicted about every other header). */
-      if (h->name.len < 4)
-        continue;
-      guint64 key = name_key (h->name);
-      if (key == KEY ("host", 4))
-        {
-          n_host++;
-          host = h->value;
-        }
-      else if (key == KEY ("conn", 10))
-        {
-          if (slice_ieq (h->name, "connection"))
-            {
-              /* Usually the whole value is one of the two we look for. */
-              if (slice_ieq (h->value, "keep-alive"))
-                conn.keep_alive = TRUE;
-              else if (slice_ieq (h->value, "close"))
-                conn.close = TRUE;
-              else
-                for_each_element (h->value, conn_element, &conn);
-            }
-        }
-      else if (key == KEY ("cont", 14))
-        {
-          if (slice_ieq (h->name, "content-length"))
-            {
-              /* Content-Length = 1*DIGIT, once (a list or a repeat, even of
-               * the same value, is refused: RFC 9112 §6.3 lets us, and it
-               * closes the door on smuggling through disagreeing parsers). */
-              n_cl++;
-              if (h->value.len == 0)
-                return 400;
-              cl = 0;
-              for (gsize k = 0; k < h->value.len; k++)
-                {
-                  char c = h->value.ptr[k];
-                  if (!g_ascii_isdigit (c))
-                    return 400;
-                  if (cl > (G_MAXUINT64 - 9) / 10)
-                    {
-                      cl_too_big = TRUE; /* more than any limit; keep checking digits */
-                      continue;
-                    }
-                  cl = cl * 10 + (guint64) (c - '0');
-                }
-            }
-        }
-      else if (key == KEY ("tran", 17))
-        {
-          if (slice_ieq (h->name, "transfer-encoding"))
-            {
-              n_te++;
-              for_each_element (h->value, te_element, &te);
-            }
-        }
-      else if (key == KEY ("expe", 6))
-        {
-          if (slice_ieq (h->name, "expect") && slice_ieq (h->value, "100-continue"))
-            req->expect_continue = TRUE;
-        }
-    }
-
-  if (n_cl > 1)
+  const TeScan *te = &fr->te;
+  if (fr->cl_bad)
     return 400;
-  if (n_te > 0)
+  if (fr->n_cl > 1)
+    return 400;
+  if (fr->n_te > 0)
     {
       /* RFC 9112 §6.1: chunked at most once, and last; a request whose
        * final coding is not chunked has no knowable length: 400 and
@@ -610,40 +642,41 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const char *qm
        * With Content-Length too: refuse (§6.3 permits; smuggling). */
       if (req->minor_version == 0)
         return 400;
-      if (te.bad || te.n == 0 || te.chunked_twice || !te.chunked_last)
+      if (te->bad || te->n == 0 || te->chunked_twice || !te->chunked_last)
         return 400;
-      if (n_cl > 0)
+      if (fr->n_cl > 0)
         return 400;
-      if (te.unknown)
+      if (te->unknown)
         return 501;
       req->body = WEFT_HTTP_BODY_CHUNKED;
     }
-  else if (n_cl == 1)
+  else if (fr->n_cl == 1)
     {
-      if (cl_too_big || cl > limits->max_body)
+      if (fr->cl_too_big || fr->cl > limits->max_body)
         return 413;
-      req->content_length = cl;
-      req->body = cl > 0 ? WEFT_HTTP_BODY_LENGTH : WEFT_HTTP_BODY_NONE;
+      req->content_length = fr->cl;
+      req->body = fr->cl > 0 ? WEFT_HTTP_BODY_LENGTH : WEFT_HTTP_BODY_NONE;
     }
 
   /* Host: exactly one in HTTP/1.1 (RFC 9112 §3.2), valid; an absolute
    * target's authority wins over it. */
-  if (n_host > 1)
+  if (fr->n_host > 1)
     return 400;
-  if (n_host == 1 && !valid_host (host, lo, end))
+  if (fr->n_host == 1 && !valid_host (fr->host, lo, end))
     return 400;
-  if (req->minor_version >= 1 && n_host == 0)
+  if (req->minor_version >= 1 && fr->n_host == 0)
     return 400;
   WeftHttpSlice authority;
   guint st = classify_target (req, &authority, qmark, lo, end);
   if (st != 0)
     return st;
-  req->host = authority.ptr != NULL ? authority : host;
+  req->host = authority.ptr != NULL ? authority : fr->host;
 
   if (req->minor_version >= 1)
-    req->keep_alive = !conn.close;
+    req->keep_alive = !fr->conn.close;
   else
-    req->keep_alive = conn.keep_alive && !conn.close;
+    req->keep_alive = fr->conn.keep_alive && !fr->conn.close;
+  req->expect_continue = fr->expect_continue;
   return 0;
 }
 
@@ -766,6 +799,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
    * at the byte that usually ends a run (':', CR), so the common path
    * tests for it before the slower checks for why else they stopped. */
   gsize n_headers = 0;
+  Framing fr = { .host = { "", 0 } };
   for (;;)
     {
       if (p == end)
@@ -822,16 +856,20 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
         e--;
       if (n_headers >= max_headers)
         FAIL (431);
+      WeftHttpSlice value = { s, (gsize) (e - s) };
       headers[n_headers].name = name;
-      headers[n_headers].value = (WeftHttpSlice) { s, (gsize) (e - s) };
+      headers[n_headers].value = value;
       n_headers++;
+      guint slot;
+      if (G_UNLIKELY (framing_slot (name, &slot)))
+        note_framing (&fr, slot, name, value);
       p += 2;
     }
   req->n_headers = n_headers;
   if ((gsize) (p - buf) > limits->max_head)
     FAIL (431);
 
-  guint st = check_semantics (req, limits, qmark, buf, p);
+  guint st = check_semantics (req, limits, &fr, qmark, buf, p);
   if (st != 0)
     FAIL (st);
   return (gssize) (p - buf);
