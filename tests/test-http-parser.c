@@ -57,6 +57,9 @@ static const Row rows[] = {
   OK ("ipv6-host", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", NULL, NULL, NULL, "[::1]:8080", -1, 0, -1),
   OK ("expect-continue", "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n", "PUT", NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 3, -1),
   OK ("extension-method", "PURGE /x HTTP/1.1\r\nHost: a\r\n\r\n", "PURGE", "/x", NULL, NULL, -1, 0, -1),
+  /* Names with the length and first four bytes of the framing names but
+   * not those names: ordinary fields, whatever their values. */
+  OK ("framing-look-alikes", "GET / HTTP/1.1\r\nHost: a\r\nContent-Lengtx: x\r\nConnectiom: close\r\nTransfer-Encodinx: gzip\r\nExpecx: 100-continue\r\nXost: /\r\n\r\n", NULL, NULL, NULL, "a", WEFT_HTTP_BODY_NONE, 0, 1),
 
   /* request line */
   BAD ("bare-lf-request-line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
@@ -446,6 +449,36 @@ test_too_many_headers (void)
   g_string_free (s, TRUE);
 }
 
+/* Expect: 100-continue is noticed by name and value, either in any case,
+ * and only then. */
+static void
+test_expect_continue (void)
+{
+  static const struct {
+    const char *field;
+    gboolean expect;
+  } cases[] = {
+    { "Expect: 100-continue", TRUE },
+    { "EXPECT: 100-Continue", TRUE },
+    { "Expect: 100-continuex", FALSE },
+    { "Expect: 100-continu", FALSE },
+    { "Expecx: 100-continue", FALSE },
+    { "X: 100-continue", FALSE },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      gchar *in = g_strdup_printf ("PUT / HTTP/1.1\r\nHost: a\r\n%s\r\nContent-Length: 1\r\n\r\n",
+                                   cases[i].field);
+      WeftHttpHeader headers[MAX_HEADERS];
+      WeftHttpHead req;
+      guint status = 0;
+      g_assert_cmpint (parse (in, strlen (in), &req, headers, &status), ==, (gssize) strlen (in));
+      if (req.expect_continue != cases[i].expect)
+        g_error ("%s: expect_continue %d", cases[i].field, req.expect_continue);
+      g_free (in);
+    }
+}
+
 static void
 test_get_header (void)
 {
@@ -580,6 +613,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
+  g_test_add_func ("/http-parser/expect-continue", test_expect_continue);
   for (guint i = 0; i < G_N_ELEMENTS (byte_cases); i++)
     {
       gchar *path = g_strdup_printf ("/http-parser/every-byte/%s", byte_cases[i].path);
