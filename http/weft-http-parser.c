@@ -242,13 +242,11 @@ weft_http_limits_init (WeftHttpLimits *limits)
  * reach here (tokens, or field values without controls) it maps nothing
  * else onto a letter, a digit or '-'. */
 static inline gboolean
-slice_ieq (WeftHttpSlice s, const char *lit)
+slice_ieq_n (WeftHttpSlice s, const char *lit, gsize n)
 {
-  /* Every caller passes a literal: its length is a constant once this is
-   * inlined, and so is the choice of word compares below. The literals'
-   * bytes all have 0x20 set, so ORing it into a whole word is the same as
-   * per byte. Overlapping words cover lengths that are not a multiple. */
-  gsize n = strlen (lit);
+  /* The literals' bytes all have 0x20 set, so ORing it into a whole word
+   * is the same as per byte. Overlapping words cover lengths that are not
+   * a multiple of the word. */
   if (s.len != n)
     return FALSE;
   if (n >= 8)
@@ -279,6 +277,11 @@ slice_ieq (WeftHttpSlice s, const char *lit)
       return FALSE;
   return TRUE;
 }
+
+/* @lit: a string literal (its length is taken with sizeof, not strlen:
+ * GCC does not inline every call, and the copy it keeps would call
+ * strlen). */
+#define slice_ieq(s, lit) slice_ieq_n ((s), "" lit "", sizeof (lit) - 1)
 
 /* ---- the request head ---------------------------------------------------- */
 
