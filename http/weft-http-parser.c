@@ -66,8 +66,8 @@ ensure_classes (void)
  * before it is in the run's class, but the byte it stops at may be one too
  * (the wide tests are narrower than the classes: a tab in a value, a digit
  * in a name; the target's stops at '?' on purpose), so callers check it
- * and scan on. @lo is the
- * start of the buffer: the bytes from @lo to @end may be read.
+ * and scan on. @lo is the start of the buffer: the bytes from @lo to @end
+ * may be read.
  *
  * x86-64 always has SSE2: 16 bytes per step there. Elsewhere, or built
  * with WEFT_HTTP_PARSER_NO_SIMD (the tests build that too), 8 bytes per
@@ -77,6 +77,7 @@ enum { RUN_NAME, RUN_VALUE, RUN_TARGET, RUN_HOST };
 static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH, C_HOST };
 
 #if defined(__SSE2__) && !defined(WEFT_HTTP_PARSER_NO_SIMD)
+#define SCAN_SSE2 1
 #include <emmintrin.h>
 
 static inline __m128i
@@ -131,15 +132,13 @@ stops16 (__m128i x, int kind)
     }
 }
 
-#define HAVE_SHORT_RUN 1
-/* Whether the @n bytes at @p (at most 16, within @lo to @end, which holds
- * 16 bytes or more) may all be in @kind's class: FALSE is not a verdict,
+/* Whether the @n bytes at @p (1 to 16, before @end; the 16 bytes before
+ * @end may be read) may all be in @kind's class: FALSE is not a verdict,
  * only that the exact test must decide. One load, no loop. */
 static inline gboolean
-short_run (const char *p, gsize n, const char *lo, const char *end, int kind)
+short_run (const char *p, gsize n, const char *end, int kind)
 {
   const char *w = end - p >= 16 ? p : end - 16;
-  (void) lo;
   guint m = stops16 (load128 (w), kind) >> (p - w);
   return (m & ((1u << n) - 1)) == 0;
 }
@@ -396,9 +395,9 @@ valid_host (WeftHttpSlice h, const char *lo, const char *end)
    * are not: require something. */
   if (h.len == 0)
     return FALSE;
-#ifdef HAVE_SHORT_RUN
+#ifdef SCAN_SSE2
   /* Most hosts: 16 bytes or fewer of letters, digits, '.', '-', ':'. */
-  if (h.len <= 16 && end - lo >= 16 && short_run (h.ptr, h.len, lo, end, RUN_HOST))
+  if (h.len <= 16 && end - lo >= 16 && short_run (h.ptr, h.len, end, RUN_HOST))
     return TRUE;
 #else
   (void) lo;
@@ -541,6 +540,12 @@ typedef struct {
  * compare (a switch on the length was a jump table, mispredicted about
  * every other header). */
 enum { SLOT_TE = 0, SLOT_HOST = 2, SLOT_EXPECT = 3, SLOT_CONNECTION = 5, SLOT_CL = 7 };
+#define SLOT_OF(len) (((len) >> 1) & 7)
+G_STATIC_ASSERT (SLOT_OF (sizeof "transfer-encoding" - 1) == SLOT_TE);
+G_STATIC_ASSERT (SLOT_OF (sizeof "host" - 1) == SLOT_HOST);
+G_STATIC_ASSERT (SLOT_OF (sizeof "expect" - 1) == SLOT_EXPECT);
+G_STATIC_ASSERT (SLOT_OF (sizeof "connection" - 1) == SLOT_CONNECTION);
+G_STATIC_ASSERT (SLOT_OF (sizeof "content-length" - 1) == SLOT_CL);
 
 static const guint64 framing_keys[8] = {
   [SLOT_TE] = KEY ("tran", 17),
@@ -556,7 +561,7 @@ framing_slot (WeftHttpSlice name, guint *slot)
   /* 4 to 17 bytes: one unsigned compare; name_key() needs 4. */
   if (name.len - 4 > 13)
     return FALSE;
-  *slot = (guint) (name.len >> 1) & 7;
+  *slot = (guint) SLOT_OF (name.len);
   return name_key (name) == framing_keys[*slot];
 }
 
