@@ -17,6 +17,8 @@ enum {
   C_TARGET = 1 << 1, /* request-target: VCHAR except '#' (no fragment) */
   C_VALUE = 1 << 2,  /* field-value: VCHAR, obs-text, SP, HTAB */
   C_HOST = 1 << 3,   /* Host: reg-name, IP-literal, port */
+  C_OWS = 1 << 4,    /* SP, HTAB */
+  C_PATH = 1 << 5,   /* C_TARGET but '?': the target's scan stops at the query */
 };
 
 static guint8 classes[256];
@@ -36,6 +38,10 @@ init_classes (void)
         k |= C_VALUE;
       if (g_ascii_isalnum (c) || (c != 0 && strchr ("-._~!$&'()*+,;=:%[]", c) != NULL))
         k |= C_HOST;
+      if (c == ' ' || c == '\t')
+        k |= C_OWS;
+      if ((k & C_TARGET) && c != '?')
+        k |= C_PATH;
       classes[c] = k;
     }
   atomic_store_explicit (&classes_ready, TRUE, memory_order_release);
@@ -54,11 +60,118 @@ ensure_classes (void)
 
 #define IS(c, k) ((classes[(guint8) (c)] & (k)) != 0)
 
-/* Eight bytes at a time for the long runs of a request head (names,
- * values, the target): a word is skipped whole when none of its bytes can
- * end the run; otherwise the lowest flagged byte (the first in memory on
- * this little-endian target; later flags may be false positives from
- * borrows, the first never is) is where the byte loop takes over. */
+/* The long runs of a request head (the method, header names and values,
+ * the target) are scanned many bytes at a time. scan() returns the first
+ * byte at or after @p that may end a run of @kind, or @end: every byte
+ * before it is in the run's class, but the byte it stops at may be one too
+ * (the wide tests are narrower than the classes: a tab in a value, a digit
+ * in a name; the target's stops at '?' on purpose), so callers check it
+ * and scan on. @lo is the start of the buffer: the bytes from @lo to @end
+ * may be read.
+ *
+ * x86-64 always has SSE2: 16 bytes per step there. Elsewhere, or built
+ * with WEFT_HTTP_PARSER_NO_SIMD (the tests build that too), 8 bytes per
+ * step in a 64-bit word on little-endian CPUs, then a byte loop. */
+enum { RUN_NAME, RUN_VALUE, RUN_TARGET, RUN_HOST };
+
+static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH, C_HOST };
+
+#if defined(__SSE2__) && !defined(WEFT_HTTP_PARSER_NO_SIMD)
+#define SCAN_SSE2 1
+#include <emmintrin.h>
+
+static inline __m128i
+load128 (const char *p)
+{
+  return _mm_loadu_si128 ((const __m128i *) (const void *) p);
+}
+
+/* One bit per byte of @x (bit 0: the first), set where the byte may end a
+ * run of @kind. */
+static inline guint
+stops16 (__m128i x, int kind)
+{
+  switch (kind)
+    {
+    case RUN_VALUE:
+      {
+        /* Controls (min (x, 0x1f) == x: x <= 0x1f unsigned, HTAB among
+         * them) and DEL; obs-text passes. */
+        __m128i ctl = _mm_cmpeq_epi8 (_mm_min_epu8 (x, _mm_set1_epi8 (0x1f)), x);
+        __m128i del = _mm_cmpeq_epi8 (x, _mm_set1_epi8 (0x7f));
+        return (guint) _mm_movemask_epi8 (_mm_or_si128 (ctl, del));
+      }
+    case RUN_TARGET:
+      {
+        /* 0x21 to 0x7e compared as signed bytes (0x80 and up are
+         * negative), without '#'; '?' stops too (the query's start). */
+        __m128i ok = _mm_and_si128 (_mm_cmpgt_epi8 (x, _mm_set1_epi8 (0x20)),
+                                    _mm_cmplt_epi8 (x, _mm_set1_epi8 (0x7f)));
+        __m128i hash_q = _mm_or_si128 (_mm_cmpeq_epi8 (x, _mm_set1_epi8 ('#')),
+                                       _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('?')));
+        ok = _mm_andnot_si128 (hash_q, ok);
+        return (guint) _mm_movemask_epi8 (ok) ^ 0xffffu;
+      }
+    default:
+      {
+        /* Letters (OR 0x20 folds case; then x - 'a' <= 25 unsigned) and
+         * '-': what names and methods are nearly always made of; host
+         * names also of digits, '.' and ':'. */
+        __m128i d = _mm_sub_epi8 (_mm_or_si128 (x, _mm_set1_epi8 (0x20)), _mm_set1_epi8 ('a'));
+        __m128i ok = _mm_or_si128 (_mm_cmpeq_epi8 (_mm_min_epu8 (d, _mm_set1_epi8 (25)), d),
+                                   _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('-')));
+        if (kind == RUN_HOST)
+          {
+            __m128i n = _mm_sub_epi8 (x, _mm_set1_epi8 ('0'));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (_mm_min_epu8 (n, _mm_set1_epi8 (9)), n));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('.')));
+            ok = _mm_or_si128 (ok, _mm_cmpeq_epi8 (x, _mm_set1_epi8 (':')));
+          }
+        return (guint) _mm_movemask_epi8 (ok) ^ 0xffffu;
+      }
+    }
+}
+
+/* Whether the @n bytes at @p (1 to 16, before @end; the 16 bytes before
+ * @end may be read) may all be in @kind's class: FALSE is not a verdict,
+ * only that the exact test must decide. One load, no loop. */
+static inline gboolean
+short_run (const char *p, gsize n, const char *end, int kind)
+{
+  const char *w = end - p >= 16 ? p : end - 16;
+  guint m = stops16 (load128 (w), kind) >> (p - w);
+  return (m & ((1u << n) - 1)) == 0;
+}
+
+static inline const char *
+scan (const char *p, const char *end, const char *lo, int kind)
+{
+  while (end - p >= 16)
+    {
+      guint m = stops16 (load128 (p), kind);
+      if (m != 0)
+        return p + __builtin_ctz (m);
+      p += 16;
+    }
+  if (p == end)
+    return p;
+  if (end - lo >= 16)
+    {
+      /* Fewer than 16 bytes left: the buffer's last 16 hold them, and the
+       * shift drops those before @p. */
+      guint m = stops16 (load128 (end - 16), kind) >> (16 - (end - p));
+      return m != 0 ? p + __builtin_ctz (m) : end;
+    }
+  while (p < end && IS (*p, run_class[kind]))
+    p++;
+  return p;
+}
+
+#else /* portable */
+
+#if G_BYTE_ORDER == G_LITTLE_ENDIAN
+/* In a 64-bit word the lowest flagged byte is the first in memory; later
+ * flags may be false positives from borrows, the first never is. */
 #define FIRST_FLAGGED(m) ((gsize) __builtin_ctzll (m) / 8)
 #define ONES G_GUINT64_CONSTANT (0x0101010101010101)
 #define HIGHS G_GUINT64_CONSTANT (0x8080808080808080)
@@ -66,80 +179,53 @@ ensure_classes (void)
 #define HAS_BYTE(x, b) HAS_LESS ((x) ^ (ONES * (b)), 1)
 
 static inline guint64
-load64 (const char *p)
+stops8 (guint64 x, int kind)
 {
-  guint64 x;
-  memcpy (&x, p, sizeof x);
-  return x;
+  switch (kind)
+    {
+    case RUN_VALUE:
+      /* Controls (HTAB among them) and DEL. */
+      return HAS_LESS (x, 0x20) | HAS_BYTE (x, 0x7f);
+    case RUN_TARGET:
+      return HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#') |
+             HAS_BYTE (x, '?');
+    default:
+      {
+        /* Letters and '-', per byte without carries between bytes: the
+         * low 7 bits plus a constant set the high bit exactly when the
+         * byte reaches a bound. */
+        const guint64 low7 = ONES * 0x7f;
+        guint64 t = (x | (ONES * 0x20)) & low7; /* case folded */
+        guint64 ge_a = (t + ONES * (0x80 - 'a')) & HIGHS;
+        guint64 gt_z = (t + ONES * (0x7f - 'z')) & HIGHS;
+        guint64 dash = ~(((x & low7) ^ (ONES * '-')) + low7) & HIGHS;
+        guint64 ok = ((ge_a & ~gt_z) | dash) & ~(x & HIGHS);
+        return ~ok & HIGHS;
+      }
+    }
 }
+#endif
 
-/* Field-value bytes: anything but controls (HTAB aside, which the byte
- * loop handles) and DEL. */
 static inline const char *
-skip_value (const char *p, const char *end)
+scan (const char *p, const char *end, const char *lo, int kind)
 {
+  (void) lo;
+#if G_BYTE_ORDER == G_LITTLE_ENDIAN
   while (end - p >= 8)
     {
-      guint64 x = load64 (p);
-      guint64 m = HAS_LESS (x, 0x20) | HAS_BYTE (x, 0x7f);
+      guint64 x;
+      memcpy (&x, p, sizeof x);
+      guint64 m = stops8 (x, kind);
       if (m != 0)
-        {
-          p += FIRST_FLAGGED (m);
-          break;
-        }
+        return p + FIRST_FLAGGED (m);
       p += 8;
     }
-  while (p < end && IS (*p, C_VALUE))
+#endif
+  while (p < end && IS (*p, run_class[kind]))
     p++;
   return p;
 }
-
-/* Header names are nearly always letters and '-': a word of those is all
- * token bytes. Per byte without carries between bytes: the low 7 bits plus
- * a constant set the high bit exactly when the byte reaches a bound. */
-static inline const char *
-skip_name (const char *p, const char *end)
-{
-  const guint64 low7 = ONES * 0x7f;
-  while (end - p >= 8)
-    {
-      guint64 x = load64 (p);
-      guint64 t = (x | (ONES * 0x20)) & low7; /* case folded */
-      guint64 ge_a = (t + ONES * (0x80 - 'a')) & HIGHS;
-      guint64 gt_z = (t + ONES * (0x7f - 'z')) & HIGHS;
-      guint64 dash = ~(((x & low7) ^ (ONES * '-')) + low7) & HIGHS;
-      guint64 ok = ((ge_a & ~gt_z) | dash) & ~(x & HIGHS);
-      if (ok != HIGHS)
-        {
-          p += FIRST_FLAGGED (~ok & HIGHS);
-          break;
-        }
-      p += 8;
-    }
-  while (p < end && IS (*p, C_TCHAR))
-    p++;
-  return p;
-}
-
-/* request-target bytes: 0x21 to 0x7e except '#'. */
-static inline const char *
-skip_target (const char *p, const char *end)
-{
-  while (end - p >= 8)
-    {
-      guint64 x = load64 (p);
-      guint64 m = HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#');
-      if (m != 0)
-        {
-          p += FIRST_FLAGGED (m);
-          break;
-        }
-      p += 8;
-    }
-  while (p < end && IS (*p, C_TARGET))
-    p++;
-  return p;
-}
+#endif
 
 void
 weft_http_limits_init (WeftHttpLimits *limits)
@@ -155,14 +241,46 @@ weft_http_limits_init (WeftHttpLimits *limits)
  * reach here (tokens, or field values without controls) it maps nothing
  * else onto a letter, a digit or '-'. */
 static inline gboolean
-slice_ieq (WeftHttpSlice s, const char *lit)
+slice_ieq_n (WeftHttpSlice s, const char *lit, gsize n)
 {
-  gsize i = 0;
-  for (; i < s.len; i++)
-    if (lit[i] == '\0' || (s.ptr[i] | 0x20) != lit[i])
+  /* The literals' bytes all have 0x20 set, so ORing it into a whole word
+   * is the same as per byte. Overlapping words cover lengths that are not
+   * a multiple of the word. */
+  if (s.len != n)
+    return FALSE;
+  if (n >= 8)
+    {
+      guint64 a, b;
+      for (gsize i = 0; i + 8 < n; i += 8)
+        {
+          memcpy (&a, s.ptr + i, 8);
+          memcpy (&b, lit + i, 8);
+          if ((a | G_GUINT64_CONSTANT (0x2020202020202020)) != b)
+            return FALSE;
+        }
+      memcpy (&a, s.ptr + n - 8, 8);
+      memcpy (&b, lit + n - 8, 8);
+      return (a | G_GUINT64_CONSTANT (0x2020202020202020)) == b;
+    }
+  if (n >= 4)
+    {
+      guint32 a, b, c, d;
+      memcpy (&a, s.ptr, 4);
+      memcpy (&b, lit, 4);
+      memcpy (&c, s.ptr + n - 4, 4);
+      memcpy (&d, lit + n - 4, 4);
+      return ((a | 0x20202020u) == b) & ((c | 0x20202020u) == d);
+    }
+  for (gsize i = 0; i < n; i++)
+    if ((s.ptr[i] | 0x20) != lit[i])
       return FALSE;
-  return lit[i] == '\0';
+  return TRUE;
 }
+
+/* @lit: a string literal (its length is taken with sizeof, not strlen:
+ * GCC does not inline every call, and the copy it keeps would call
+ * strlen). */
+#define slice_ieq(s, lit) slice_ieq_n ((s), "" lit "", sizeof (lit) - 1)
 
 /* ---- the request head ---------------------------------------------------- */
 
@@ -304,25 +422,36 @@ host_shape_ok (WeftHttpSlice h)
   return TRUE;
 }
 
+/* @lo, @end: the parsed head, which holds @h. */
 static gboolean
-valid_host (WeftHttpSlice h)
+valid_host (WeftHttpSlice h, const char *lo, const char *end)
 {
   /* Host = uri-host [ ":" port ]; empty is allowed by RFC 9110 §7.2 only
    * for targets without an authority, which origin-form requests to us
    * are not: require something. */
   if (h.len == 0)
     return FALSE;
+#ifdef SCAN_SSE2
+  /* Most hosts: 16 bytes or fewer of letters, digits, '.', '-', ':'. */
+  if (h.len <= 16 && end - lo >= 16 && short_run (h.ptr, h.len, end, RUN_HOST))
+    return host_shape_ok (h);
+#else
+  (void) lo;
+  (void) end;
+#endif
+  /* ANDed over the bytes, one test at the end: the loop has no exit that
+   * depends on the data. */
+  guint8 all = C_HOST;
   for (gsize i = 0; i < h.len; i++)
-    if (!IS (h.ptr[i], C_HOST))
-      return FALSE;
-  return host_shape_ok (h);
+    all &= classes[(guint8) h.ptr[i]];
+  return all != 0 && host_shape_ok (h);
 }
 
-/* Splits an origin-form (or absolute-form path part) target at '?'. */
+/* Splits an origin-form (or absolute-form path part) target at @q, its
+ * first '?' (the scan of the target found it), or NULL if none. */
 static void
-split_path (WeftHttpHead *req, const char *p, const char *end)
+split_path (WeftHttpHead *req, const char *p, const char *end, const char *q)
 {
-  const char *q = memchr (p, '?', (gsize) (end - p));
   if (q == NULL)
     {
       req->path = (WeftHttpSlice) { p, (gsize) (end - p) };
@@ -335,8 +464,10 @@ split_path (WeftHttpHead *req, const char *p, const char *end)
     }
 }
 
+/* @qmark: the target's first '?', or NULL; @lo, @end: the parsed head. */
 static guint
-classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
+classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark, const char *lo,
+                 const char *end_of_head)
 {
   const char *t = req->target.ptr, *end = t + req->target.len;
   /* Methods are case-sensitive (RFC 9110 §9.1). */
@@ -377,7 +508,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
   if (t[0] == '/')
     {
       req->form = WEFT_HTTP_FORM_ORIGIN;
-      split_path (req, t, end);
+      split_path (req, t, end, qmark);
       return 0;
     }
   /* absolute-form: scheme "://" authority path-abempty [ "?" query ] */
@@ -395,7 +526,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
   while (ae < end && *ae != '/' && *ae != '?')
     ae++;
   WeftHttpSlice auth = { a, (gsize) (ae - a) };
-  if (!valid_host (auth) || memchr (a, '@', auth.len) != NULL) /* no userinfo */
+  if (!valid_host (auth, lo, end_of_head) || memchr (a, '@', auth.len) != NULL) /* no userinfo */
     return 400;
   req->form = WEFT_HTTP_FORM_ABSOLUTE;
   *authority = auth;
@@ -407,81 +538,147 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority)
                              : (WeftHttpSlice) { ae + 1, (gsize) (end - ae - 1) };
     }
   else
-    split_path (req, ae, end);
+    split_path (req, ae, end, qmark); /* no '?' before @ae: it is the first */
   return 0;
+}
+
+/* A header name's length and its first four bytes ORed with 0x20 (which
+ * folds case, see slice_ieq), as one number; @name has at least 4 bytes. */
+static inline guint64
+name_key (WeftHttpSlice name)
+{
+  guint32 w;
+  memcpy (&w, name.ptr, sizeof w);
+  return (guint64) name.len << 32 | (GUINT32_FROM_LE (w) | 0x20202020u);
+}
+
+/* name_key() of a lowercase name starting with @s (4 bytes), @len long. */
+#define KEY(s, len)                                                                               \
+  ((guint64) (len) << 32 | (guint32) (guint8) (s)[0] | (guint32) (guint8) (s)[1] << 8           \
+   | (guint32) (guint8) (s)[2] << 16 | (guint32) (guint8) (s)[3] << 24)
+
+/* What the framing and Host rules need from the header lines, gathered
+ * while they are parsed. */
+typedef struct {
+  guint n_host, n_cl, n_te;
+  WeftHttpSlice host; /* absent: empty, never NULL */
+  TeScan te;
+  ConnScan conn;
+  guint64 cl;
+  gboolean cl_too_big;
+  gboolean cl_bad; /* a Content-Length that is not 1*DIGIT: 400 */
+  gboolean expect_continue;
+} Framing;
+
+/* The five names that matter here have lengths 4, 6, 10, 14 and 17, which
+ * are told apart by (length / 2) % 8: that slot's name_key() is the only
+ * one a name can match. Most lines match none, at the cost of one
+ * compare (a switch on the length was a jump table, mispredicted about
+ * every other header). */
+enum { SLOT_TE = 0, SLOT_HOST = 2, SLOT_EXPECT = 3, SLOT_CONNECTION = 5, SLOT_CL = 7 };
+#define SLOT_OF(len) (((len) >> 1) & 7)
+G_STATIC_ASSERT (SLOT_OF (sizeof "transfer-encoding" - 1) == SLOT_TE);
+G_STATIC_ASSERT (SLOT_OF (sizeof "host" - 1) == SLOT_HOST);
+G_STATIC_ASSERT (SLOT_OF (sizeof "expect" - 1) == SLOT_EXPECT);
+G_STATIC_ASSERT (SLOT_OF (sizeof "connection" - 1) == SLOT_CONNECTION);
+G_STATIC_ASSERT (SLOT_OF (sizeof "content-length" - 1) == SLOT_CL);
+
+static const guint64 framing_keys[8] = {
+  [SLOT_TE] = KEY ("tran", 17),
+  [SLOT_HOST] = KEY ("host", 4),
+  [SLOT_EXPECT] = KEY ("expe", 6),
+  [SLOT_CONNECTION] = KEY ("conn", 10),
+  [SLOT_CL] = KEY ("cont", 14),
+};
+
+static inline gboolean
+framing_slot (WeftHttpSlice name, guint *slot)
+{
+  /* 4 to 17 bytes: one unsigned compare; name_key() needs 4. */
+  if (name.len - 4 > 13)
+    return FALSE;
+  *slot = (guint) SLOT_OF (name.len);
+  return name_key (name) == framing_keys[*slot];
+}
+
+/* A header line whose name's length and first four bytes are those of
+ * @slot's name. */
+static void
+note_framing (Framing *fr, guint slot, WeftHttpSlice name, WeftHttpSlice value)
+{
+  switch (slot)
+    {
+    case SLOT_HOST: /* the key is the whole name */
+      fr->n_host++;
+      fr->host = value;
+      break;
+    case SLOT_CONNECTION:
+      if (slice_ieq (name, "connection"))
+        {
+          /* Usually the whole value is one of the two we look for. */
+          if (slice_ieq (value, "keep-alive"))
+            fr->conn.keep_alive = TRUE;
+          else if (slice_ieq (value, "close"))
+            fr->conn.close = TRUE;
+          else
+            for_each_element (value, conn_element, &fr->conn);
+        }
+      break;
+    case SLOT_CL:
+      if (slice_ieq (name, "content-length"))
+        {
+          /* Content-Length = 1*DIGIT, once (a list or a repeat, even of
+           * the same value, is refused: RFC 9112 §6.3 lets us, and it
+           * closes the door on smuggling through disagreeing parsers). */
+          fr->n_cl++;
+          if (value.len == 0)
+            fr->cl_bad = TRUE;
+          fr->cl = 0;
+          for (gsize k = 0; k < value.len; k++)
+            {
+              char c = value.ptr[k];
+              if (!g_ascii_isdigit (c))
+                {
+                  fr->cl_bad = TRUE;
+                  break;
+                }
+              if (fr->cl > (G_MAXUINT64 - 9) / 10)
+                {
+                  fr->cl_too_big = TRUE; /* more than any limit; keep checking digits */
+                  continue;
+                }
+              fr->cl = fr->cl * 10 + (guint64) (c - '0');
+            }
+        }
+      break;
+    case SLOT_TE:
+      if (slice_ieq (name, "transfer-encoding"))
+        {
+          fr->n_te++;
+          for_each_element (value, te_element, &fr->te);
+        }
+      break;
+    case SLOT_EXPECT:
+      if (slice_ieq (name, "expect") && slice_ieq (value, "100-continue"))
+        fr->expect_continue = TRUE;
+      break;
+    default:
+      g_assert_not_reached ();
+    }
 }
 
 /* The header section is syntactically fine: apply the framing and Host
  * rules. Returns 0 or a status. */
 static guint
-check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits)
+check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const Framing *fr,
+                 const char *qmark, const char *lo, const char *end)
 {
-  guint n_host = 0, n_cl = 0, n_te = 0;
-  WeftHttpSlice host = { "", 0 }; /* absent: empty, never NULL */
-  TeScan te = { 0 };
-  ConnScan conn = { 0 };
-  guint64 cl = 0;
-  gboolean cl_too_big = FALSE;
-
-  for (gsize i = 0; i < req->n_headers; i++)
-    {
-      WeftHttpHeader *h = &req->headers[i];
-      switch (h->name.len)
-        {
-        case 4:
-          if (slice_ieq (h->name, "host"))
-            {
-              n_host++;
-              host = h->value;
-            }
-          break;
-        case 6:
-          if (slice_ieq (h->name, "expect") && slice_ieq (h->value, "100-continue"))
-            req->expect_continue = TRUE;
-          break;
-        case 10:
-          if (slice_ieq (h->name, "connection"))
-            for_each_element (h->value, conn_element, &conn);
-          break;
-        case 14:
-          if (slice_ieq (h->name, "content-length"))
-            {
-              /* Content-Length = 1*DIGIT, once (a list or a repeat, even of
-               * the same value, is refused: RFC 9112 §6.3 lets us, and it
-               * closes the door on smuggling through disagreeing parsers). */
-              n_cl++;
-              if (h->value.len == 0)
-                return 400;
-              cl = 0;
-              for (gsize k = 0; k < h->value.len; k++)
-                {
-                  char c = h->value.ptr[k];
-                  if (!g_ascii_isdigit (c))
-                    return 400;
-                  if (cl > (G_MAXUINT64 - 9) / 10)
-                    {
-                      cl_too_big = TRUE; /* more than any limit; keep checking digits */
-                      continue;
-                    }
-                  cl = cl * 10 + (guint64) (c - '0');
-                }
-            }
-          break;
-        case 17:
-          if (slice_ieq (h->name, "transfer-encoding"))
-            {
-              n_te++;
-              for_each_element (h->value, te_element, &te);
-            }
-          break;
-        default:
-          break;
-        }
-    }
-
-  if (n_cl > 1)
+  const TeScan *te = &fr->te;
+  if (fr->cl_bad)
     return 400;
-  if (n_te > 0)
+  if (fr->n_cl > 1)
+    return 400;
+  if (fr->n_te > 0)
     {
       /* RFC 9112 §6.1: chunked at most once, and last; a request whose
        * final coding is not chunked has no knowable length: 400 and
@@ -489,40 +686,41 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits)
        * With Content-Length too: refuse (§6.3 permits; smuggling). */
       if (req->minor_version == 0)
         return 400;
-      if (te.bad || te.n == 0 || te.chunked_twice || !te.chunked_last)
+      if (te->bad || te->n == 0 || te->chunked_twice || !te->chunked_last)
         return 400;
-      if (n_cl > 0)
+      if (fr->n_cl > 0)
         return 400;
-      if (te.unknown)
+      if (te->unknown)
         return 501;
       req->body = WEFT_HTTP_BODY_CHUNKED;
     }
-  else if (n_cl == 1)
+  else if (fr->n_cl == 1)
     {
-      if (cl_too_big || cl > limits->max_body)
+      if (fr->cl_too_big || fr->cl > limits->max_body)
         return 413;
-      req->content_length = cl;
-      req->body = cl > 0 ? WEFT_HTTP_BODY_LENGTH : WEFT_HTTP_BODY_NONE;
+      req->content_length = fr->cl;
+      req->body = fr->cl > 0 ? WEFT_HTTP_BODY_LENGTH : WEFT_HTTP_BODY_NONE;
     }
 
   /* Host: exactly one in HTTP/1.1 (RFC 9112 §3.2), valid; an absolute
    * target's authority wins over it. */
-  if (n_host > 1)
+  if (fr->n_host > 1)
     return 400;
-  if (n_host == 1 && !valid_host (host))
+  if (fr->n_host == 1 && !valid_host (fr->host, lo, end))
     return 400;
-  if (req->minor_version >= 1 && n_host == 0)
+  if (req->minor_version >= 1 && fr->n_host == 0)
     return 400;
   WeftHttpSlice authority;
-  guint st = classify_target (req, &authority);
+  guint st = classify_target (req, &authority, qmark, lo, end);
   if (st != 0)
     return st;
-  req->host = authority.ptr != NULL ? authority : host;
+  req->host = authority.ptr != NULL ? authority : fr->host;
 
   if (req->minor_version >= 1)
-    req->keep_alive = !conn.close;
+    req->keep_alive = !fr->conn.close;
   else
-    req->keep_alive = conn.keep_alive && !conn.close;
+    req->keep_alive = fr->conn.keep_alive && !fr->conn.close;
+  req->expect_continue = fr->expect_continue;
   return 0;
 }
 
@@ -564,18 +762,30 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
 
   /* method = token, then exactly one SP */
   const char *s = p;
-  while (p < end && IS (*p, C_TCHAR))
-    p++;
-  if (p == end)
-    NEED_MORE (FALSE);
-  if (p == s || *p != ' ')
+  p = scan (p, end, buf, RUN_NAME);
+  while (p == end || *p != ' ')
+    {
+      if (p == end)
+        NEED_MORE (FALSE);
+      if (!IS (*p, C_TCHAR))
+        FAIL (400);
+      p = scan (p + 1, end, buf, RUN_NAME);
+    }
+  if (p == s)
     FAIL (400);
   req->method = (WeftHttpSlice) { s, (gsize) (p - s) };
   p++;
 
   /* request-target, then exactly one SP */
   s = p;
-  p = skip_target (p, end);
+  const char *qmark = NULL; /* the first '?': where the query starts */
+  p = scan (p, end, buf, RUN_TARGET);
+  while (p < end && *p == '?')
+    {
+      if (qmark == NULL)
+        qmark = p;
+      p = scan (p + 1, end, buf, RUN_TARGET);
+    }
   if ((gsize) (p - s) > limits->max_target)
     FAIL (414);
   if (p == end)
@@ -585,45 +795,57 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   req->target = (WeftHttpSlice) { s, (gsize) (p - s) };
   p++;
 
-  /* HTTP-version = "HTTP/" DIGIT "." DIGIT, case-sensitive */
-  static const char proto[] = "HTTP/";
-  for (guint i = 0; i < 5; i++, p++)
+  /* HTTP-version = "HTTP/" DIGIT "." DIGIT, case-sensitive. Nearly always
+   * "HTTP/1.1" or "HTTP/1.0" then CRLF, whole in the buffer: one compare. */
+  if (G_LIKELY (end - p >= 10 && memcmp (p, "HTTP/1.", 7) == 0 && (p[7] == '1' || p[7] == '0') &&
+                p[8] == '\r' && p[9] == '\n'))
     {
+      req->minor_version = (guint) (p[7] - '0');
+      p += 10;
+    }
+  else
+    {
+      static const char proto[] = "HTTP/";
+      for (guint i = 0; i < 5; i++, p++)
+        {
+          if (p == end)
+            NEED_MORE (FALSE);
+          if (*p != proto[i])
+            FAIL (400);
+        }
+      if (end - p < 3)
+        {
+          for (const char *q = p; q < end; q++)
+            if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
+              FAIL (400);
+          NEED_MORE (FALSE);
+        }
+      if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
+        FAIL (400);
+      if (p[0] != '1')
+        FAIL (505);
+      req->minor_version = (guint) (p[2] - '0');
+      if (req->minor_version > 1)
+        req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
+      p += 3;
       if (p == end)
         NEED_MORE (FALSE);
-      if (*p != proto[i])
+      if (*p != '\r')
         FAIL (400);
+      if (p + 1 == end)
+        NEED_MORE (FALSE);
+      if (p[1] != '\n')
+        FAIL (400);
+      p += 2;
     }
-  if (end - p < 3)
-    {
-      for (const char *q = p; q < end; q++)
-        if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
-          FAIL (400);
-      NEED_MORE (FALSE);
-    }
-  if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
-    FAIL (400);
-  if (p[0] != '1')
-    FAIL (505);
-  req->minor_version = (guint) (p[2] - '0');
-  if (req->minor_version > 1)
-    req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
-  p += 3;
-  if (p == end)
-    NEED_MORE (FALSE);
-  if (*p != '\r')
-    FAIL (400);
-  if (p + 1 == end)
-    NEED_MORE (FALSE);
-  if (p[1] != '\n')
-    FAIL (400);
-  p += 2;
 
-  /* field-line = field-name ":" OWS field-value OWS CRLF */
+  /* field-line = field-name ":" OWS field-value OWS CRLF. The scans stop
+   * at the byte that usually ends a run (':', CR), so the common path
+   * tests for it before the slower checks for why else they stopped. */
+  gsize n_headers = 0;
+  Framing fr = { .host = { "", 0 } };
   for (;;)
     {
-      if ((gsize) (p - buf) > limits->max_head)
-        FAIL (431);
       if (p == end)
         NEED_MORE (FALSE);
       if (*p == '\r')
@@ -636,45 +858,62 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
           break;
         }
       /* A line starting with whitespace is obs-fold (or garbage): refused
-       * (RFC 9112 §5.2 lets a server reject it with 400). */
-      if (*p == ' ' || *p == '\t' || *p == '\n')
-        FAIL (400);
+       * (RFC 9112 §5.2 lets a server reject it with 400) as an empty name
+       * or a name with a byte that is not a token's, below. */
       s = p;
-      p = skip_name (p, end);
-      if (p == end)
-        NEED_MORE (FALSE);
-      /* No whitespace between name and colon (RFC 9112 §5.1: MUST 400). */
-      if (p == s || *p != ':')
+      p = scan (p, end, buf, RUN_NAME);
+      while (p == end || *p != ':')
+        {
+          if (p == end)
+            NEED_MORE (FALSE);
+          /* No whitespace between name and colon (RFC 9112 §5.1: MUST
+           * 400). */
+          if (!IS (*p, C_TCHAR))
+            FAIL (400);
+          p = scan (p + 1, end, buf, RUN_NAME);
+        }
+      if (p == s)
         FAIL (400);
       WeftHttpSlice name = { s, (gsize) (p - s) };
       p++;
-      while (p < end && (*p == ' ' || *p == '\t'))
+      if (p < end && *p == ' ') /* the usual single SP, without the loop */
+        p++;
+      while (p < end && IS (*p, C_OWS))
         p++;
       s = p;
-      p = skip_value (p, end);
-      if (p == end)
-        NEED_MORE (FALSE);
-      /* Anything else here is a control character: NUL, bare CR or LF. */
-      if (*p != '\r')
-        FAIL (400);
+      p = scan (p, end, buf, RUN_VALUE);
+      while (p == end || *p != '\r')
+        {
+          if (p == end)
+            NEED_MORE (FALSE);
+          /* Anything else here is a control character: NUL, bare LF. */
+          if (!IS (*p, C_VALUE))
+            FAIL (400);
+          p = scan (p + 1, end, buf, RUN_VALUE);
+        }
       if (p + 1 == end)
         NEED_MORE (FALSE);
       if (p[1] != '\n')
         FAIL (400);
       const char *e = p;
-      while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+      while (e > s && IS (e[-1], C_OWS))
         e--;
-      if (req->n_headers >= max_headers)
+      if (n_headers >= max_headers)
         FAIL (431);
-      headers[req->n_headers].name = name;
-      headers[req->n_headers].value = (WeftHttpSlice) { s, (gsize) (e - s) };
-      req->n_headers++;
+      WeftHttpSlice value = { s, (gsize) (e - s) };
+      headers[n_headers].name = name;
+      headers[n_headers].value = value;
+      n_headers++;
+      guint slot;
+      if (G_UNLIKELY (framing_slot (name, &slot)))
+        note_framing (&fr, slot, name, value);
       p += 2;
     }
+  req->n_headers = n_headers;
   if ((gsize) (p - buf) > limits->max_head)
     FAIL (431);
 
-  guint st = check_semantics (req, limits);
+  guint st = check_semantics (req, limits, &fr, qmark, buf, p);
   if (st != 0)
     FAIL (st);
   return (gssize) (p - buf);

@@ -35,6 +35,9 @@ static const Row rows[] = {
   /* accepted */
   OK ("simple-get", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", "", "a", WEFT_HTTP_BODY_NONE, 0, 1),
   OK ("query", "GET /p/q?x=1&y=%20 HTTP/1.1\r\nHost: a:8080\r\n\r\n", "GET", "/p/q", "x=1&y=%20", "a:8080", -1, 0, 1),
+  /* The query starts at the first '?'; later ones are part of it. */
+  OK ("query-two-marks", "GET /a/path/longer/than/sixteen?x=?&y?z HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/a/path/longer/than/sixteen", "x=?&y?z", "a", -1, 0, 1),
+  OK ("query-empty", "GET /p? HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/p", "", "a", -1, 0, 1),
   OK ("http10-no-host", "GET / HTTP/1.0\r\n\r\n", "GET", "/", "", "", WEFT_HTTP_BODY_NONE, 0, 0),
   OK ("http10-keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", "GET", "/", NULL, NULL, -1, 0, 1),
   OK ("connection-close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 0),
@@ -47,6 +50,7 @@ static const Row rows[] = {
   OK ("obs-text-value", "GET / HTTP/1.1\r\nHost: a\r\nX-T: caf\xc3\xa9\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, -1),
   OK ("http-1-2-as-1-1", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 1),
   OK ("absolute-form", "GET http://example.com:81/x?y HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/x", "y", "example.com:81", -1, 0, -1),
+  OK ("absolute-form-query-no-path", "GET http://example.com?y?z HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/", "y?z", "example.com", -1, 0, -1),
   OK ("absolute-form-empty-path", "GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n", NULL, "/", "", "example.com", -1, 0, -1),
   OK ("asterisk-options", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", NULL, NULL, -1, 0, -1),
   OK ("connect-authority", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT", "", NULL, "example.com:443", -1, 0, -1),
@@ -56,6 +60,9 @@ static const Row rows[] = {
   OK ("cl-leading-zeros", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 000000000000000000000005\r\n\r\n", NULL, NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 5, -1),
   OK ("expect-continue", "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n", "PUT", NULL, NULL, NULL, WEFT_HTTP_BODY_LENGTH, 3, -1),
   OK ("extension-method", "PURGE /x HTTP/1.1\r\nHost: a\r\n\r\n", "PURGE", "/x", NULL, NULL, -1, 0, -1),
+  /* Names with the length and first four bytes of the framing names but
+   * not those names: ordinary fields, whatever their values. */
+  OK ("framing-look-alikes", "GET / HTTP/1.1\r\nHost: a\r\nContent-Lengtx: x\r\nConnectiom: close\r\nTransfer-Encodinx: gzip\r\nExpecx: 100-continue\r\nXost: /\r\n\r\n", NULL, NULL, NULL, "a", WEFT_HTTP_BODY_NONE, 0, 1),
 
   /* request line */
   BAD ("bare-lf-request-line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
@@ -256,6 +263,123 @@ check_row (gconstpointer data)
   munmap (map, map_len);
 }
 
+/* ---- every byte in every position ----------------------------------------- */
+
+/* The scans test many bytes at once (16 with SSE2, 8 in a word otherwise,
+ * then the buffer's last bytes or a byte loop), and so does the Host
+ * check, so each byte value is tried at every position of a method, a
+ * target, a header name and value and a Host value, against the classes
+ * written out from the RFCs here. */
+
+typedef enum { FIELD_METHOD, FIELD_TARGET, FIELD_NAME, FIELD_VALUE, FIELD_HOST } Field;
+
+typedef struct {
+  const char *path;
+  Field field;
+  guint len;        /* of the field, at most 40 */
+  const char *before, *after; /* the request around it */
+} ByteCase;
+
+/* Each field comes last where it can, so its end is in the buffer's last
+ * 16 bytes; Host values of 16 bytes or fewer are tested with one load,
+ * which is placed differently when more bytes follow. */
+static const ByteCase byte_cases[] = {
+  { "method", FIELD_METHOD, 40, "",
+    " / HTTP/1.1\r\nHost: h\r\n\r\n" },
+  { "target", FIELD_TARGET, 40, "GET ",
+    " HTTP/1.1\r\nHost: h\r\n\r\n" },
+  { "name", FIELD_NAME, 40, "GET / HTTP/1.1\r\nHost: h\r\n",
+    ": v\r\n\r\n" },
+  { "value", FIELD_VALUE, 40, "GET / HTTP/1.1\r\nHost: h\r\nX: ",
+    "\r\n\r\n" },
+  { "host-short-last", FIELD_HOST, 16, "GET / HTTP/1.1\r\nHost: ",
+    "\r\n\r\n" },
+  { "host-short-inside", FIELD_HOST, 16, "GET / HTTP/1.1\r\nHost: ",
+    "\r\nX: more than 16 bytes\r\n\r\n" },
+  { "host-long", FIELD_HOST, 40, "GET / HTTP/1.1\r\nHost: ",
+    "\r\n\r\n" },
+};
+
+static gboolean
+is_tchar (guint c)
+{
+  return g_ascii_isalnum (c) || (c != 0 && strchr ("!#$%&'*+-.^_`|~", (int) c) != NULL);
+}
+
+/* Whether a request with @c at @pos of a @len-byte @field parses. */
+static gboolean
+byte_allowed (Field field, guint c, guint pos, guint len)
+{
+  switch (field)
+    {
+    case FIELD_METHOD:
+      return is_tchar (c);
+    case FIELD_TARGET:
+      /* VCHAR but '#' (no fragment); position 0 is never tried: it is
+       * the '/' of the origin form. */
+      return c > 0x20 && c < 0x7f && c != '#';
+    case FIELD_NAME:
+      /* A colon inside ends the name early: the rest goes to the value. */
+      return is_tchar (c) || (c == ':' && pos > 0);
+    case FIELD_VALUE:
+      /* VCHAR, obs-text, and SP or HTAB (trimmed at either end). */
+      return (c > 0x20 && c != 0x7f) || c == ' ' || c == '\t';
+    default:
+      /* RFC 3986 host and port: unreserved, pct-encoded, sub-delims, and
+       * ':' before a port of digits; SP or HTAB only at either end, where
+       * they are the field's whitespace. Here a reg-name of 'a's with one
+       * byte changed: a bracket cannot make an IP-literal, '%' needs the
+       * two hex digits after it, and ':' leaves a port of letters unless
+       * it is last (an empty port is allowed). */
+      if ((c == ' ' || c == '\t') && (pos == 0 || pos == len - 1))
+        return TRUE;
+      if (c == '%')
+        return pos + 2 < len;
+      if (c == ':')
+        return pos > 0 && pos == len - 1;
+      return g_ascii_isalnum (c) || (c != 0 && strchr ("-._~!$&'()*+,;=", (int) c) != NULL);
+    }
+}
+
+static void
+test_every_byte (gconstpointer data)
+{
+  const ByteCase *bc = data;
+  char f[41];
+  g_assert_cmpuint (bc->len, <, sizeof f);
+  memset (f, bc->field == FIELD_METHOD ? 'A' : 'a', bc->len);
+  f[bc->len] = '\0';
+  if (bc->field == FIELD_TARGET)
+    f[0] = '/';
+  gchar *text = g_strconcat (bc->before, f, bc->after, NULL);
+  gsize len = strlen (text);
+  gsize at = strlen (bc->before);
+  gpointer map;
+  gsize map_len;
+  char *buf = guarded_copy (text, len, &map, &map_len);
+  WeftHttpHeader headers[MAX_HEADERS];
+  WeftHttpHead req;
+  guint tried = 0;
+  guint first = bc->field == FIELD_TARGET ? 1 : 0;
+  for (guint pos = first; pos < bc->len; pos++)
+    for (guint c = 0; c < 256; c++)
+      {
+        buf[at + pos] = (char) c;
+        guint status = 0;
+        gssize r = parse (buf, len, &req, headers, &status);
+        if (byte_allowed (bc->field, c, pos, bc->len) != (r == (gssize) len))
+          g_error ("%s: byte 0x%02x at %u: %s (status %u)", bc->path, c, pos,
+                   r == (gssize) len ? "accepted" : "refused", status);
+        if (r != (gssize) len)
+          g_assert_cmpuint (status, ==, 400);
+        tried++;
+        buf[at + pos] = text[at + pos];
+      }
+  g_assert_cmpuint (tried, ==, (bc->len - first) * 256);
+  munmap (map, map_len);
+  g_free (text);
+}
+
 /* ---- limits ------------------------------------------------------------- */
 
 static void
@@ -343,6 +467,36 @@ test_too_many_headers (void)
   g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
   g_assert_cmpuint (status, ==, 431);
   g_string_free (s, TRUE);
+}
+
+/* Expect: 100-continue is noticed by name and value, either in any case,
+ * and only then. */
+static void
+test_expect_continue (void)
+{
+  static const struct {
+    const char *field;
+    gboolean expect;
+  } cases[] = {
+    { "Expect: 100-continue", TRUE },
+    { "EXPECT: 100-Continue", TRUE },
+    { "Expect: 100-continuex", FALSE },
+    { "Expect: 100-continu", FALSE },
+    { "Expecx: 100-continue", FALSE },
+    { "X: 100-continue", FALSE },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      gchar *in = g_strdup_printf ("PUT / HTTP/1.1\r\nHost: a\r\n%s\r\nContent-Length: 1\r\n\r\n",
+                                   cases[i].field);
+      WeftHttpHeader headers[MAX_HEADERS];
+      WeftHttpHead req;
+      guint status = 0;
+      g_assert_cmpint (parse (in, strlen (in), &req, headers, &status), ==, (gssize) strlen (in));
+      if (req.expect_continue != cases[i].expect)
+        g_error ("%s: expect_continue %d", cases[i].field, req.expect_continue);
+      g_free (in);
+    }
 }
 
 static void
@@ -499,6 +653,13 @@ main (int argc, char **argv)
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
   g_test_add_func ("/http-parser/chunked/zeros-past-line-limit", test_chunk_zeros_limit);
+  g_test_add_func ("/http-parser/expect-continue", test_expect_continue);
+  for (guint i = 0; i < G_N_ELEMENTS (byte_cases); i++)
+    {
+      gchar *path = g_strdup_printf ("/http-parser/every-byte/%s", byte_cases[i].path);
+      g_test_add_data_func (path, &byte_cases[i], test_every_byte);
+      g_free (path);
+    }
   for (guint i = 0; i < G_N_ELEMENTS (chunk_rows); i++)
     {
       gchar *path = g_strdup_printf ("/http-parser/chunked/%s", chunk_rows[i].name);

@@ -7,7 +7,9 @@
  *   parser: a prefix is incomplete, or gives the same answer as the whole
  *           (an error may only show earlier, never change);
  *   chunked: decoding all at once and in two pieces yields the same bytes
- *           and the same verdict.
+ *           and the same verdict;
+ * and that the parser built with its portable scan (parser-portable.c)
+ * gives the same answer as the SSE2 one, field by field.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parser-portable.h"
 #include "weft-http-parser.h"
 
 #define MAX_HEADERS 64
@@ -26,6 +29,43 @@ check_slice (WeftHttpSlice s, const char *buf, size_t len)
     return;
   if (s.ptr < buf || s.ptr + s.len > buf + len)
     abort ();
+}
+
+/* Empty slices may point at a literal, which each copy of the parser has
+ * its own of. */
+static gboolean
+same_slice (WeftHttpSlice a, WeftHttpSlice b)
+{
+  return a.len == b.len && (a.len == 0 || a.ptr == b.ptr);
+}
+
+/* The portable scan must agree with the one this build uses, on every
+ * field of a head and on every verdict. */
+static void
+check_portable (const char *buf, size_t len, const WeftHttpLimits *limits, gssize r,
+                const WeftHttpHead *req, const WeftHttpHeader *headers, guint status)
+{
+  WeftHttpHeader h2[MAX_HEADERS];
+  WeftHttpHead q;
+  guint st = 0;
+  gssize r2 = weft_http_parse_request_portable (buf, len, limits, &q, h2, MAX_HEADERS, &st);
+  if (r2 != r || st != status)
+    abort ();
+  if (r == WEFT_HTTP_ERROR && q.close_after != req->close_after)
+    abort ();
+  if (r < 0)
+    return;
+  if (!same_slice (q.method, req->method) || !same_slice (q.target, req->target) ||
+      q.form != req->form || q.path.len != req->path.len ||
+      memcmp (q.path.ptr, req->path.ptr, q.path.len) != 0 || !same_slice (q.query, req->query) ||
+      !same_slice (q.host, req->host) || q.minor_version != req->minor_version ||
+      q.n_headers != req->n_headers || q.body != req->body ||
+      q.content_length != req->content_length || q.keep_alive != req->keep_alive ||
+      q.expect_continue != req->expect_continue || q.close_after != req->close_after)
+    abort ();
+  for (gsize i = 0; i < q.n_headers; i++)
+    if (!same_slice (h2[i].name, headers[i].name) || !same_slice (h2[i].value, headers[i].value))
+      abort ();
 }
 
 static void
@@ -62,6 +102,7 @@ fuzz_parser (const char *buf, size_t len, size_t split)
     }
   else if (r == WEFT_HTTP_ERROR && (status < 400 || status > 505))
     abort ();
+  check_portable (buf, len, &limits, r, &req, headers, status);
 
   /* The prefix, copied so ASan sees its end. */
   char *prefix = malloc (split ? split : 1);
