@@ -75,7 +75,7 @@ typedef struct {
   WeftSource base;
   gint64 deadline;         /* HOLDS: ctx->lock */
   gint64 interval;         /* ns */
-  guint heap_index;        /* HOLDS: ctx->lock; WEFT_HEAP_NONE when not queued */
+  WeftHeapLink link;       /* HOLDS: ctx->lock; index WEFT_HEAP_NONE when not queued */
 } WeftTimeoutSource;
 
 typedef struct _WeftIdleSource WeftIdleSource;
@@ -147,7 +147,7 @@ struct _WeftContext {
 
   WeftNode timers_node;        /* kind TIMERS */
   atomic_int timers_queued;
-  guint timer_index;           /* HOLDS: engine->timer_lock */
+  WeftHeapLink timer_link;     /* HOLDS: engine->timer_lock; in the engine's ctx_heap */
 
   WeftNode idle_node;          /* kind IDLE */
   atomic_int idle_queued;
@@ -213,7 +213,6 @@ gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 
 void weft__timeouts_dispatch (WeftContext *ctx);
 gboolean weft__timeout_detach_unlocked (WeftTimeoutSource *source);
-void weft__timeout_set_index (gpointer item, guint index);
 
 void weft__idles_dispatch (WeftContext *ctx);
 gboolean weft__idle_detach_unlocked (WeftIdleSource *source);

@@ -8,17 +8,11 @@
 /* Timeouts run per pass before the context lets other work in. */
 #define WEFT_TIMEOUT_BUDGET 256
 
-void
-weft__timeout_set_index (gpointer item, guint index)
-{
-  ((WeftTimeoutSource *) item)->heap_index = index;
-}
-
 gboolean
 weft__timeout_detach_unlocked (WeftTimeoutSource *t)
 {
-  if (t->heap_index != WEFT_HEAP_NONE)
-    weft__heap_remove (&t->base.ctx->timers, t->heap_index);
+  if (t->link.index != WEFT_HEAP_NONE)
+    weft__heap_remove (&t->base.ctx->timers, t->link.index);
   /* If it was the earliest, the engine entry fires early, finds nothing
    * due and re-registers the true earliest: cheaper than a lock here. */
   return TRUE;
@@ -64,6 +58,13 @@ weft__timeouts_dispatch (WeftContext *ctx)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
       if (t->base.removed)
         {
+          if (t->base.notify == NULL)
+            {
+              /* Nothing of the caller's to run: free without dropping the
+               * lock (the cache is per thread, its depot lock a leaf). */
+              weft__cache_free (WEFT_CACHE_TIMEOUT, t);
+              continue;
+            }
           weft__mutex_unlock (&ctx->lock);
           weft__source_finalize (&t->base);
           weft__mutex_lock (&ctx->lock);
@@ -95,7 +96,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.user_data = user_data;
   t->base.notify = notify;
   t->interval = interval;
-  t->heap_index = WEFT_HEAP_NONE;
+  t->link.index = WEFT_HEAP_NONE;
   t->deadline = weft__now_ns () + interval;
 
   weft__mutex_lock (&self->lock);
@@ -109,7 +110,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
       return 0;
     }
   weft__heap_insert (&self->timers, t->deadline, t);
-  if (t->heap_index == 0) /* new earliest of this context */
+  if (t->link.index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, t->deadline);
   weft__mutex_unlock (&self->lock);
   return id;

@@ -89,15 +89,9 @@ test_idmap_remove_in_order (void)
 
 typedef struct {
   gint64 deadline;
-  guint index;
+  WeftHeapLink link;
   guint serial;
 } Item;
-
-static void
-item_set_index (gpointer item, guint index)
-{
-  ((Item *) item)->index = index;
-}
 
 static void
 test_heap_order_and_cancel (void)
@@ -111,7 +105,7 @@ test_heap_order_and_cancel (void)
   Item *items = g_new0 (Item, n);
   gboolean *cancelled = g_new0 (gboolean, n);
 
-  weft__heap_init (&heap, item_set_index);
+  weft__heap_init (&heap, G_STRUCT_OFFSET (Item, link));
   for (guint i = 0; i < n; i++)
     {
       items[i].deadline = g_rand_int_range (rand, 0, 1000); /* many ties */
@@ -120,12 +114,12 @@ test_heap_order_and_cancel (void)
     }
   for (guint i = 0; i < n; i += 3)
     {
-      weft__heap_remove (&heap, items[i].index);
-      g_assert_cmpuint (items[i].index, ==, WEFT_HEAP_NONE);
+      weft__heap_remove (&heap, items[i].link.index);
+      g_assert_cmpuint (items[i].link.index, ==, WEFT_HEAP_NONE);
       cancelled[i] = TRUE;
     }
   for (guint i = 0; i < heap.len; i++)
-    g_assert_cmpuint (((Item *) heap.v[i].item)->index, ==, i);
+    g_assert_cmpuint (((Item *) heap.v[i].item)->link.index, ==, i);
 
   gint64 last_deadline = -1;
   gint last_serial = -1;
