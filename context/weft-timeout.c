@@ -5,14 +5,17 @@
  */
 #include "weft-context-private.h"
 
+/* One cache line each (see WeftSource.heap_index). */
+G_STATIC_ASSERT (sizeof (gpointer) != 8 || sizeof (WeftTimeoutSource) == 64);
+
 /* Timeouts run per pass before the context lets other work in. */
 #define WEFT_TIMEOUT_BUDGET 256
 
 gboolean
 weft__timeout_detach_unlocked (WeftTimeoutSource *t)
 {
-  if (t->link.index != WEFT_HEAP_NONE)
-    weft__heap_remove (&t->base.ctx->timers, t->link.index);
+  if (t->base.heap_index != WEFT_HEAP_NONE)
+    weft__heap_remove (&t->base.ctx->timers, t->base.heap_index);
   /* If it was the earliest, the engine entry fires early, finds nothing
    * due and re-registers the true earliest: cheaper than a lock here. */
   return TRUE;
@@ -45,6 +48,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
           return;
         }
       WeftTimeoutSource *t = top->item;
+      gint64 deadline = top->deadline;
       weft__heap_remove (&ctx->timers, 0);
       t->base.running = TRUE;
       weft__mutex_unlock (&ctx->lock);
@@ -73,10 +77,10 @@ weft__timeouts_dispatch (WeftContext *ctx)
       /* Repeat one interval after the previous deadline, so the period does
        * not drift; after a stall, one interval after now. The result is
        * always after @now, so this loop ends. */
-      t->deadline += t->interval;
-      if (t->deadline <= now)
-        t->deadline = now + MAX (t->interval, 1);
-      weft__heap_insert (&ctx->timers, t->deadline, t);
+      deadline += t->interval;
+      if (deadline <= now)
+        deadline = now + MAX (t->interval, 1);
+      weft__heap_insert (&ctx->timers, deadline, t);
     }
   WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
@@ -96,8 +100,8 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.user_data = user_data;
   t->base.notify = notify;
   t->interval = interval;
-  t->link.index = WEFT_HEAP_NONE;
-  t->deadline = weft__now_ns () + interval;
+  t->base.heap_index = WEFT_HEAP_NONE;
+  gint64 deadline = weft__now_ns () + interval;
 
   weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &t->base);
@@ -109,9 +113,9 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
       return 0;
     }
-  weft__heap_insert (&self->timers, t->deadline, t);
-  if (t->link.index == 0) /* new earliest of this context */
-    weft__timers_schedule_context (self->engine, self, t->deadline);
+  weft__heap_insert (&self->timers, deadline, t);
+  if (t->base.heap_index == 0) /* new earliest of this context */
+    weft__timers_schedule_context (self->engine, self, deadline);
   weft__mutex_unlock (&self->lock);
   return id;
 }

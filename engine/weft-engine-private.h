@@ -100,12 +100,15 @@ WeftFdSource *weft__fdtable_lookup_ref (WeftFdTable *table, guint64 key);
 
 /* ---- 4-ary min-heap of (deadline, owner) ------------------------------ */
 
-/* Embedded in every item a heap holds: its slot, so that removal is
- * O(log n), and its insertion number, which orders equal deadlines FIFO.
- * The number is read only on ties, so it lives here and not in the entry. */
+/* Every item a heap holds keeps two fields of it, at offsets the heap is
+ * given: its slot (a guint, WEFT_HEAP_NONE when in no heap), so that
+ * removal is O(log n), and its insertion number (a guint64), which orders
+ * equal deadlines FIFO. The number is read only on ties, so it lives in
+ * the item and not in the entry. WeftHeapLink has both, for items with no
+ * better place for them. */
 typedef struct {
   guint64 seq;
-  guint index;       /* WEFT_HEAP_NONE when in no heap */
+  guint index;
 } WeftHeapLink;
 
 /* 16 bytes with the deadline inline: the four children of a node share
@@ -120,12 +123,15 @@ typedef struct {
   WeftHeapEntry *block; /* the allocation; v is a few entries into it */
   guint len, cap;
   guint64 next_seq;
-  gsize link_offset; /* where each item keeps its WeftHeapLink */
+  guint16 index_offset; /* where each item keeps its slot */
+  guint16 seq_offset;   /* and its insertion number */
 } WeftHeap;
 
 #define WEFT_HEAP_NONE G_MAXUINT
 
-void weft__heap_init (WeftHeap *heap, gsize link_offset);
+void weft__heap_init (WeftHeap *heap, gsize index_offset, gsize seq_offset);
+#define weft__heap_init_link(heap, type, member)                                          \
+  weft__heap_init ((heap), G_STRUCT_OFFSET (type, member.index), G_STRUCT_OFFSET (type, member.seq))
 void weft__heap_clear (WeftHeap *heap);
 void weft__heap_insert (WeftHeap *heap, gint64 deadline, gpointer item);
 void weft__heap_remove (WeftHeap *heap, guint index);

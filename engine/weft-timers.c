@@ -35,10 +35,16 @@ weft__now_ns (void)
  * so a level costs one miss instead of two. */
 #define ARITY 4
 
-static inline WeftHeapLink *
-link_of (const WeftHeap *h, gpointer item)
+static inline guint *
+index_of (const WeftHeap *h, gpointer item)
 {
-  return (WeftHeapLink *) ((char *) item + h->link_offset);
+  return (guint *) ((char *) item + h->index_offset);
+}
+
+static inline guint64
+seq_of (const WeftHeap *h, gpointer item)
+{
+  return *(guint64 *) ((char *) item + h->seq_offset);
 }
 
 static inline gboolean
@@ -46,14 +52,14 @@ entry_less (const WeftHeap *h, const WeftHeapEntry *a, const WeftHeapEntry *b)
 {
   if (a->deadline != b->deadline)
     return a->deadline < b->deadline;
-  return link_of (h, a->item)->seq < link_of (h, b->item)->seq;
+  return seq_of (h, a->item) < seq_of (h, b->item);
 }
 
 static inline void
 heap_place (WeftHeap *h, guint i, WeftHeapEntry e)
 {
   h->v[i] = e;
-  link_of (h, e.item)->index = i;
+  *index_of (h, e.item) = i;
 }
 
 static void
@@ -94,12 +100,14 @@ sift_down (WeftHeap *h, guint i, WeftHeapEntry e)
 }
 
 void
-weft__heap_init (WeftHeap *h, gsize link_offset)
+weft__heap_init (WeftHeap *h, gsize index_offset, gsize seq_offset)
 {
+  g_assert (index_offset <= G_MAXUINT16 && seq_offset <= G_MAXUINT16);
   h->v = h->block = NULL;
   h->len = h->cap = 0;
   h->next_seq = 0;
-  h->link_offset = link_offset;
+  h->index_offset = (guint16) index_offset;
+  h->seq_offset = (guint16) seq_offset;
 }
 
 void
@@ -135,7 +143,7 @@ weft__heap_insert (WeftHeap *h, gint64 deadline, gpointer item)
 {
   if (G_UNLIKELY (h->len == h->cap))
     grow (h);
-  link_of (h, item)->seq = h->next_seq++;
+  *(guint64 *) ((char *) item + h->seq_offset) = h->next_seq++;
   WeftHeapEntry e = { deadline, item };
   sift_up (h, h->len++, e);
 }
@@ -144,7 +152,7 @@ void
 weft__heap_remove (WeftHeap *h, guint i)
 {
   g_assert (i < h->len);
-  link_of (h, h->v[i].item)->index = WEFT_HEAP_NONE;
+  *index_of (h, h->v[i].item) = WEFT_HEAP_NONE;
   WeftHeapEntry last = h->v[--h->len];
   if (i == h->len)
     return;
@@ -160,7 +168,7 @@ void
 weft__timers_init (WeftEngine *self)
 {
   weft__mutex_init (&self->timer_lock);
-  weft__heap_init (&self->ctx_heap, G_STRUCT_OFFSET (WeftContext, timer_link));
+  weft__heap_init_link (&self->ctx_heap, WeftContext, timer_link);
   self->timer_fd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   self->timer_fd_errno = self->timer_fd < 0 ? errno : 0;
   self->timer_armed = G_MAXINT64;

@@ -105,7 +105,7 @@ test_heap_order_and_cancel (void)
   Item *items = g_new0 (Item, n);
   gboolean *cancelled = g_new0 (gboolean, n);
 
-  weft__heap_init (&heap, G_STRUCT_OFFSET (Item, link));
+  weft__heap_init_link (&heap, Item, link);
   for (guint i = 0; i < n; i++)
     {
       items[i].deadline = g_rand_int_range (rand, 0, 1000); /* many ties */
