@@ -131,8 +131,10 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
  *
  * Adds a timeout. A repeating timeout keeps its period: the next deadline
  * is one interval after the previous one, not after the callback ran.
- * Due timeouts of one context fire in deadline order. Safe from any
- * thread.
+ * Due timeouts of one context fire in deadline order. A timeout never
+ * fires before its deadline, and at most the engine's timer slack late (1
+ * ms by default, see weft_engine_set_timer_slack()), plus scheduling
+ * delay. Safe from any thread.
  *
  * Returns: the source id (> 0), or 0 if @self is destroyed (then @notify
  *   has been called)
