@@ -87,13 +87,25 @@ sift_down (WeftHeap *h, guint i, WeftHeapEntry e)
 
   for (;;)
     {
-      guint first = ARITY * i + 1;
-      if (first >= len)
+      guint first = ARITY * i + 1, best;
+      if (G_LIKELY (first + ARITY <= len))
+        {
+          /* All four: a tournament of two pairs, whose outcomes the
+           * compiler can turn into conditional moves instead of branches
+           * that random deadlines mispredict half the time. */
+          guint a = first + entry_less (h, &v[first + 1], &v[first]);
+          guint b = first + 2 + entry_less (h, &v[first + 3], &v[first + 2]);
+          best = entry_less (h, &v[b], &v[a]) ? b : a;
+        }
+      else if (first < len)
+        {
+          best = first;
+          for (guint c = first + 1; c < len; c++)
+            if (entry_less (h, &v[c], &v[best]))
+              best = c;
+        }
+      else
         break;
-      guint end = MIN (first + ARITY, len), best = first;
-      for (guint c = first + 1; c < end; c++)
-        if (entry_less (h, &v[c], &v[best]))
-          best = c;
       if (!entry_less (h, &v[best], &e))
         break;
       heap_place (h, i, v[best]);
