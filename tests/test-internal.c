@@ -66,6 +66,51 @@ test_idmap_model (void)
 }
 
 static void
+test_idmap_grow_in_place (void)
+{
+  g_test_summary ("Growing the id map in place keeps every entry findable, with entries "
+                  "at home (moved up or left) and away from home (ids a multiple of the "
+                  "capacity apart, set aside and placed again)");
+
+  WeftIdMap map;
+  GRand *rand = g_rand_new_with_seed (99);
+  guint keys[3000];
+  guint n = 0;
+
+  weft__idmap_init (&map);
+  while (n < G_N_ELEMENTS (keys))
+    {
+      guint key;
+      switch (g_rand_int_range (rand, 0, 3))
+        {
+        case 0: /* sequential */
+          key = n + 1;
+          break;
+        case 1: /* collides with an earlier one in every table up to 1024 slots */
+          key = (n > 0 ? keys[g_rand_int_range (rand, 0, n)] : 1) + 1024 * g_rand_int_range (rand, 1, 64);
+          break;
+        default:
+          key = (guint) g_rand_int_range (rand, 1, 1 << 24);
+        }
+      if (weft__idmap_lookup (&map, key) != NULL)
+        continue;
+      guint cap_before = map.keys != NULL ? map.mask + 1 : 0;
+      weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
+      keys[n++] = key;
+      if (map.mask + 1 != cap_before || n % 97 == 0)
+        for (guint i = 0; i < n; i++)
+          g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+    }
+  g_assert_cmpuint (map.len, ==, n);
+  for (guint i = 0; i < n; i += 2)
+    g_assert_true (weft__idmap_remove (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 1; i < n; i += 2)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  weft__idmap_clear (&map);
+  g_rand_free (rand);
+}
+
+static void
 test_idmap_remove_in_order (void)
 {
   g_test_summary ("Removing 100k sequential ids in insertion order leaves every other "
@@ -301,6 +346,7 @@ main (int argc, char *argv[])
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/internal/idmap-model", test_idmap_model);
   g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
+  g_test_add_func ("/internal/idmap-grow-in-place", test_idmap_grow_in_place);
   g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
