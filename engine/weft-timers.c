@@ -330,9 +330,7 @@ weft__timers_next_wake (WeftEngine *self)
  * timeouts due within the same millisecond share one wake-up, as
  * millisecond timers (GLib, libuv) do, but with microsecond deadlines that
  * are never rounded down. A program that needs precise timing sets 0:
- * then each timerfd wake-up is for the earliest deadline exactly (the
- * kernel may still add its own timer slack of the worker threads, 50 us
- * by default).
+ * then the timerfd is set for the earliest deadline exactly.
  */
 void
 weft_engine_set_timer_slack (WeftEngine *self, guint64 slack_us)
