@@ -285,6 +285,8 @@ main (void)
   spread (weft_engine_get_timer_slack (engine), NULL);
   spread (0, "timer slack 0 (precise)");
   spread (1000, "timer slack 1 ms");
+  /* The default before it became 1 ms (the kernel's timer slack). */
+  spread (50, "timer slack 50 us");
 
   weft_engine_unref (engine);
   return 0;

@@ -41,14 +41,20 @@ typedef enum {
 } WeftSourceKind;
 
 typedef struct _WeftSource WeftSource;
+/* Bytes for the kind and flags: a timeout source is allocated per timeout,
+ * and with a million of them every 8 bytes are 2,000 page faults. */
 struct _WeftSource {
   guint id;
-  WeftSourceKind kind;
-  gboolean running;        /* HOLDS: ctx->lock; its callback is executing */
-  gboolean removed;        /* HOLDS: ctx->lock; out of the id map, never to start again */
+  guint8 kind;             /* WeftSourceKind */
+  guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
+  guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
   WeftContext *ctx;        /* not owned: a source never outlives its context's close */
   gint refs;               /* (atomic) fd and signal sources only: registration,
                             * queued node, fd table lookups in flight */
+  guint heap_index;        /* HOLDS: ctx->lock; timeouts only: slot in the
+                            * context's heap, WEFT_HEAP_NONE when in none.
+                            * Here because it fills padding: a timeout
+                            * source is then 64 bytes, one cache line. */
   gpointer func;
   gpointer user_data;
   GDestroyNotify notify;
@@ -71,11 +77,11 @@ struct _WeftFdSource {
   atomic_int queued;       /* node is in the inbox (modify_fd can re-arm early) */
 };
 
+/* The deadline lives in the heap entry only. */
 typedef struct {
   WeftSource base;
-  gint64 deadline;         /* HOLDS: ctx->lock */
   gint64 interval;         /* ns */
-  guint heap_index;        /* HOLDS: ctx->lock; WEFT_HEAP_NONE when not queued */
+  guint64 heap_seq;        /* HOLDS: ctx->lock; heap insertion number */
 } WeftTimeoutSource;
 
 typedef struct _WeftIdleSource WeftIdleSource;
@@ -147,7 +153,7 @@ struct _WeftContext {
 
   WeftNode timers_node;        /* kind TIMERS */
   atomic_int timers_queued;
-  guint timer_index;           /* HOLDS: engine->timer_lock */
+  WeftHeapLink timer_link;     /* HOLDS: engine->timer_lock; in the engine's ctx_heap */
 
   WeftNode idle_node;          /* kind IDLE */
   atomic_int idle_queued;
@@ -213,7 +219,6 @@ gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 
 void weft__timeouts_dispatch (WeftContext *ctx);
 gboolean weft__timeout_detach_unlocked (WeftTimeoutSource *source);
-void weft__timeout_set_index (gpointer item, guint index);
 
 void weft__idles_dispatch (WeftContext *ctx);
 gboolean weft__idle_detach_unlocked (WeftIdleSource *source);

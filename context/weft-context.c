@@ -50,10 +50,11 @@ weft_context_new (WeftEngine *engine)
   weft__mpsc_init (&self->back);
   weft__mutex_init (&self->lock);
   weft__idmap_init (&self->ids);
-  weft__heap_init (&self->timers, weft__timeout_set_index);
+  weft__heap_init (&self->timers, G_STRUCT_OFFSET (WeftTimeoutSource, base.heap_index),
+                   G_STRUCT_OFFSET (WeftTimeoutSource, heap_seq));
   self->timers_node.kind = WEFT_NODE_TIMERS;
   self->idle_node.kind = WEFT_NODE_IDLE;
-  self->timer_index = WEFT_HEAP_NONE;
+  self->timer_link.index = WEFT_HEAP_NONE;
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
   self->reg_next = engine->contexts;

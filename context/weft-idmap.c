@@ -62,29 +62,76 @@ place (WeftIdMap *map, guint key, gpointer value)
 }
 
 static void
-resize (WeftIdMap *map, guint cap)
+alloc_empty (WeftIdMap *map, guint cap)
 {
-  guint *keys = map->keys;
-  gpointer *values = map->values;
-  guint old_cap = keys ? map->mask + 1 : 0;
-
   /* Values then keys in one block: one allocation per map. */
   map->values = g_malloc (cap * (sizeof (gpointer) + sizeof (guint)));
   map->keys = (guint *) (map->values + cap);
   memset (map->keys, 0, cap * sizeof (guint));
   map->mask = cap - 1;
+}
+
+/* Doubles the table in place. realloc extends a large block without
+ * copying it (mremap), and with the identity hash an entry at its home
+ * slot i has its new home at i or i + old_cap: moving it there keeps it at
+ * home, so the table needs no rehash into fresh memory, which at a million
+ * sources cost more than the inserts themselves. Entries away from home
+ * (ids a multiple of the capacity apart) are rare: they are set aside and
+ * placed again once everything else is at home. */
+static void
+grow (WeftIdMap *map)
+{
+  guint old_cap = map->mask + 1, old_mask = map->mask, cap = 2 * old_cap;
+
+  gpointer *values = g_realloc (map->values, cap * (sizeof (gpointer) + sizeof (guint)));
+  guint *keys = (guint *) (values + cap);
+  memmove (keys, values + old_cap, old_cap * sizeof (guint));
+  memset (keys + old_cap, 0, old_cap * sizeof (guint));
+  map->values = values;
+  map->keys = keys;
+  map->mask = cap - 1;
+
+  guint n_away = 0;
   for (guint i = 0; i < old_cap; i++)
-    if (keys[i] != 0)
-      place (map, keys[i], values[i]);
-  g_free (values);
+    if (keys[i] != 0 && ((i - (keys[i] & old_mask)) & old_mask) != 0)
+      n_away++;
+  guint *away_keys = n_away ? g_new (guint, n_away) : NULL;
+  gpointer *away_values = n_away ? g_new (gpointer, n_away) : NULL;
+
+  guint k = 0;
+  for (guint i = 0; i < old_cap; i++)
+    {
+      guint key = keys[i];
+      if (key == 0)
+        continue;
+      if (((i - (key & old_mask)) & old_mask) != 0)
+        {
+          away_keys[k] = key;
+          away_values[k++] = values[i];
+          keys[i] = 0;
+        }
+      else if (key & old_cap)
+        {
+          keys[i + old_cap] = key;
+          values[i + old_cap] = values[i];
+          keys[i] = 0;
+        }
+    }
+  /* Every entry left is at its home: a valid table to insert into. */
+  for (guint j = 0; j < n_away; j++)
+    place (map, away_keys[j], away_values[j]);
+  g_free (away_keys);
+  g_free (away_values);
 }
 
 void
 weft__idmap_insert (WeftIdMap *map, guint key, gpointer value)
 {
   /* Keep the load under 1/2 so probe runs stay short. */
-  if (map->keys == NULL || 2 * (map->len + 1) > map->mask + 1)
-    resize (map, map->keys ? 2 * (map->mask + 1) : MIN_CAP);
+  if (G_UNLIKELY (map->keys == NULL))
+    alloc_empty (map, MIN_CAP);
+  else if (G_UNLIKELY (2 * (map->len + 1) > map->mask + 1))
+    grow (map);
   place (map, key, value);
   map->len++;
 }

@@ -5,20 +5,17 @@
  */
 #include "weft-context-private.h"
 
+/* One cache line each (see WeftSource.heap_index). */
+G_STATIC_ASSERT (sizeof (gpointer) != 8 || sizeof (WeftTimeoutSource) == 64);
+
 /* Timeouts run per pass before the context lets other work in. */
 #define WEFT_TIMEOUT_BUDGET 256
-
-void
-weft__timeout_set_index (gpointer item, guint index)
-{
-  ((WeftTimeoutSource *) item)->heap_index = index;
-}
 
 gboolean
 weft__timeout_detach_unlocked (WeftTimeoutSource *t)
 {
-  if (t->heap_index != WEFT_HEAP_NONE)
-    weft__heap_remove (&t->base.ctx->timers, t->heap_index);
+  if (t->base.heap_index != WEFT_HEAP_NONE)
+    weft__heap_remove (&t->base.ctx->timers, t->base.heap_index);
   /* If it was the earliest, the engine entry fires early, finds nothing
    * due and re-registers the true earliest: cheaper than a lock here. */
   return TRUE;
@@ -51,6 +48,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
           return;
         }
       WeftTimeoutSource *t = top->item;
+      gint64 deadline = top->deadline;
       weft__heap_remove (&ctx->timers, 0);
       t->base.running = TRUE;
       weft__mutex_unlock (&ctx->lock);
@@ -64,6 +62,13 @@ weft__timeouts_dispatch (WeftContext *ctx)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
       if (t->base.removed)
         {
+          if (t->base.notify == NULL)
+            {
+              /* Nothing of the caller's to run: free without dropping the
+               * lock (the cache is per thread, its depot lock a leaf). */
+              weft__cache_free (WEFT_CACHE_TIMEOUT, t);
+              continue;
+            }
           weft__mutex_unlock (&ctx->lock);
           weft__source_finalize (&t->base);
           weft__mutex_lock (&ctx->lock);
@@ -72,10 +77,10 @@ weft__timeouts_dispatch (WeftContext *ctx)
       /* Repeat one interval after the previous deadline, so the period does
        * not drift; after a stall, one interval after now. The result is
        * always after @now, so this loop ends. */
-      t->deadline += t->interval;
-      if (t->deadline <= now)
-        t->deadline = now + MAX (t->interval, 1);
-      weft__heap_insert (&ctx->timers, t->deadline, t);
+      deadline += t->interval;
+      if (deadline <= now)
+        deadline = now + MAX (t->interval, 1);
+      weft__heap_insert (&ctx->timers, deadline, t);
     }
   WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
@@ -95,8 +100,8 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.user_data = user_data;
   t->base.notify = notify;
   t->interval = interval;
-  t->heap_index = WEFT_HEAP_NONE;
-  t->deadline = weft__now_ns () + interval;
+  t->base.heap_index = WEFT_HEAP_NONE;
+  gint64 deadline = weft__now_ns () + interval;
 
   weft__mutex_lock (&self->lock);
   guint id = weft__context_add_source_unlocked (self, &t->base);
@@ -108,9 +113,9 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
       return 0;
     }
-  weft__heap_insert (&self->timers, t->deadline, t);
-  if (t->heap_index == 0) /* new earliest of this context */
-    weft__timers_schedule_context (self->engine, self, t->deadline);
+  weft__heap_insert (&self->timers, deadline, t);
+  if (t->base.heap_index == 0) /* new earliest of this context */
+    weft__timers_schedule_context (self->engine, self, deadline);
   weft__mutex_unlock (&self->lock);
   return id;
 }
@@ -126,8 +131,10 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
  *
  * Adds a timeout. A repeating timeout keeps its period: the next deadline
  * is one interval after the previous one, not after the callback ran.
- * Due timeouts of one context fire in deadline order. Safe from any
- * thread.
+ * Due timeouts of one context fire in deadline order. A timeout never
+ * fires before its deadline, and at most the engine's timer slack late (1
+ * ms by default, see weft_engine_set_timer_slack()), plus scheduling
+ * delay. Safe from any thread.
  *
  * Returns: the source id (> 0), or 0 if @self is destroyed (then @notify
  *   has been called)

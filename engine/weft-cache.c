@@ -138,7 +138,9 @@ cache_refill (Cache *c)
     return;
 
   gsize size = class_size[c->kind];
-  char *slab = g_malloc ((gsize) MAG * size);
+  /* Line-aligned, so that objects of a line's size (timeout sources) each
+   * fill exactly one cache line. */
+  char *slab = g_aligned_alloc (MAG, size, 64);
   for (guint i = 0; i < MAG; i++)
     ((Free *) (slab + i * size))->next = i + 1 < MAG ? (Free *) (slab + (i + 1) * size) : NULL;
   c->free = (Free *) slab;

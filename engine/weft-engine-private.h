@@ -98,25 +98,40 @@ void weft__fdtable_clear (WeftFdTable *table, guint64 key);
 /* Returns the source with a new reference taken, or NULL if stale. */
 WeftFdSource *weft__fdtable_lookup_ref (WeftFdTable *table, guint64 key);
 
-/* ---- binary min-heap of (deadline, owner) ----------------------------- */
+/* ---- 4-ary min-heap of (deadline, owner) ------------------------------ */
 
+/* Every item a heap holds keeps two fields of it, at offsets the heap is
+ * given: its slot (a guint, WEFT_HEAP_NONE when in no heap), so that
+ * removal is O(log n), and its insertion number (a guint64), which orders
+ * equal deadlines FIFO. The number is read only on ties, so it lives in
+ * the item and not in the entry. WeftHeapLink has both, for items with no
+ * better place for them. */
+typedef struct {
+  guint64 seq;
+  guint index;
+} WeftHeapLink;
+
+/* 16 bytes with the deadline inline: the four children of a node share
+ * one cache line, and comparing them touches no item. */
 typedef struct {
   gint64 deadline;   /* ns, CLOCK_MONOTONIC */
-  guint64 seq;       /* insertion order breaks ties: equal deadlines fire FIFO */
   gpointer item;
 } WeftHeapEntry;
 
 typedef struct {
-  WeftHeapEntry *v;
+  WeftHeapEntry *v;  /* v[0] is the root; the children of i are 4i+1 .. 4i+4 */
+  WeftHeapEntry *block; /* the allocation; v is a few entries into it */
   guint len, cap;
   guint64 next_seq;
-  /* Where each item stores its index, so cancel is O(log n). */
-  void (*set_index) (gpointer item, guint index);
+  guint16 index_offset; /* where each item keeps its slot */
+  guint16 seq_offset;   /* and its insertion number */
 } WeftHeap;
 
 #define WEFT_HEAP_NONE G_MAXUINT
 
-void weft__heap_init (WeftHeap *heap, void (*set_index) (gpointer item, guint index));
+void weft__heap_init (WeftHeap *heap, gsize index_offset, gsize seq_offset);
+#define weft__heap_init_link(heap, type, member)                                          \
+  weft__heap_init ((heap), G_STRUCT_OFFSET (type, member.index), G_STRUCT_OFFSET (type, member.seq))
 void weft__heap_clear (WeftHeap *heap);
 void weft__heap_insert (WeftHeap *heap, gint64 deadline, gpointer item);
 void weft__heap_remove (WeftHeap *heap, guint index);

@@ -1013,7 +1013,7 @@ test_timer_slack (void)
                   "deadline; the slack reads back as set");
 
   WeftEngine *engine = wt_engine_new (1);
-  g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, 50);
+  g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, 1000);
   weft_engine_set_timer_slack (engine, 200 * 1000);
   g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, 200 * 1000);
 
@@ -1049,6 +1049,168 @@ test_timer_slack (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /engine/timer-slack-coalesce, /engine/timer-slack-precise ---------- */
+
+#define COALESCE_TIMERS 300
+
+typedef struct {
+  gint64 lo[COALESCE_TIMERS];   /* us; the deadline is not before this */
+  gint64 hi[COALESCE_TIMERS];   /* us; nor after this */
+  gint64 fired_at[COALESCE_TIMERS];
+  gint order[COALESCE_TIMERS];  /* indexes in firing order */
+  atomic_int n_fired;           /* only the context writes it */
+  atomic_int early;
+} CoalesceProbe;
+
+static CoalesceProbe *coalesce_probe;
+
+static gboolean
+coalesce_timeout (gpointer data)
+{
+  gint i = GPOINTER_TO_INT (data);
+  CoalesceProbe *p = coalesce_probe;
+  gint64 now = g_get_monotonic_time ();
+  if (now < p->lo[i])
+    atomic_fetch_add (&p->early, 1);
+  p->fired_at[i] = now;
+  gint k = atomic_load (&p->n_fired);
+  p->order[k] = i;
+  atomic_store (&p->n_fired, k + 1);
+  return G_SOURCE_REMOVE;
+}
+
+/* COALESCE_TIMERS timeouts at random microsecond instants in [2 ms, 32 ms)
+ * on one context with @slack_us; returns the polls the engine made. */
+static guint64
+run_coalesce (guint64 slack_us, gboolean set_slack)
+{
+  WeftEngine *engine = wt_engine_new (1);
+  if (set_slack)
+    weft_engine_set_timer_slack (engine, slack_us);
+  g_assert_cmpuint (weft_engine_get_timer_slack (engine), ==, slack_us);
+  WeftContext *ctx = weft_context_new (engine);
+  CoalesceProbe *p = g_new0 (CoalesceProbe, 1);
+  GRand *rand = g_rand_new_with_seed (2024);
+  coalesce_probe = p;
+  weft_context_dispatch (ctx);
+
+  WeftEngineStats s0 = wt_stats (engine);
+  for (gint i = 0; i < COALESCE_TIMERS; i++)
+    {
+      guint64 delay = (guint64) g_rand_int_range (rand, 2000, 32000);
+      p->lo[i] = g_get_monotonic_time () + (gint64) delay;
+      g_assert_cmpuint (weft_context_add_timeout_us (ctx, delay, coalesce_timeout,
+                                                     GINT_TO_POINTER (i), NULL), >, 0);
+      p->hi[i] = g_get_monotonic_time () + (gint64) delay;
+    }
+  WT_WAIT_UNTIL (atomic_load (&p->n_fired) == COALESCE_TIMERS);
+  WeftEngineStats s1 = wt_stats (engine);
+  g_assert_cmpint (atomic_load (&p->n_fired), ==, COALESCE_TIMERS);
+
+  /* None fired before its deadline... */
+  g_assert_cmpint (atomic_load (&p->early), ==, 0);
+  /* ...and none right after one whose deadline was certainly later (the
+   * adds read the clock between lo and hi, so only certain inversions
+   * count). */
+  for (gint k = 1; k < COALESCE_TIMERS; k++)
+    g_assert_cmpint (p->hi[p->order[k]], >=, p->lo[p->order[k - 1]]);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_rand_free (rand);
+  g_free (p);
+  coalesce_probe = NULL;
+  return s1.polls - s0.polls;
+}
+
+static void
+test_timer_slack_coalesce (void)
+{
+  g_test_summary ("With the default slack of 1 ms, 300 timeouts spread over 30 ms never fire "
+                  "early, fire in deadline order, and share wake-ups: each wake-up is at least "
+                  "the slack after the previous one's earliest deadline, so at most about 31 "
+                  "wake-ups, not 300");
+
+  guint64 polls = run_coalesce (1000, FALSE);
+  g_test_message ("%" G_GUINT64_FORMAT " polls for %d timeouts", polls, COALESCE_TIMERS);
+  /* 31 slack windows in [2 ms, 32 ms); the margin is for spurious wake-ups,
+   * which the bound does not need but a loaded machine may add. */
+  g_assert_cmpuint (polls, <=, 60);
+}
+
+static void
+test_timer_slack_precise (void)
+{
+  g_test_summary ("With slack 0, 300 timeouts spread over 30 ms never fire early and fire in "
+                  "deadline order");
+
+  guint64 polls = run_coalesce (0, TRUE);
+  g_test_message ("%" G_GUINT64_FORMAT " polls for %d timeouts", polls, COALESCE_TIMERS);
+}
+
+/* ---- /engine/timer-rearm-after-fire ------------------------------------ */
+
+typedef struct {
+  gint tags[8];
+  atomic_int n;          /* only the context writes */
+} RearmProbe;
+
+static RearmProbe rearm_probe;
+
+static gboolean
+rearm_timeout (gpointer data)
+{
+  gint k = atomic_load (&rearm_probe.n);
+  rearm_probe.tags[k] = GPOINTER_TO_INT (data);
+  atomic_store (&rearm_probe.n, k + 1);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+test_timer_rearm_after_fire (void)
+{
+  g_test_summary ("After the timerfd fired and nothing was left to arm it for, later "
+                  "timeouts still fire: one added alone, an earlier one added after a later "
+                  "one (fires first), and one added after the earliest was removed");
+
+  WeftEngine *engine = wt_engine_new (1);
+  WeftContext *ctx = weft_context_new (engine);
+  memset (&rearm_probe, 0, sizeof rearm_probe);
+  weft_context_dispatch (ctx);
+
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 1, rearm_timeout, GINT_TO_POINTER (1), NULL),
+                    >, 0);
+  WT_WAIT_UNTIL (atomic_load (&rearm_probe.n) == 1);
+  g_assert_cmpint (atomic_load (&rearm_probe.n), ==, 1);
+
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 2, rearm_timeout, GINT_TO_POINTER (2), NULL),
+                    >, 0);
+  WT_WAIT_UNTIL (atomic_load (&rearm_probe.n) == 2);
+  g_assert_cmpint (atomic_load (&rearm_probe.n), ==, 2);
+
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 50, rearm_timeout, GINT_TO_POINTER (3), NULL),
+                    >, 0);
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 1, rearm_timeout, GINT_TO_POINTER (4), NULL),
+                    >, 0);
+  WT_WAIT_UNTIL (atomic_load (&rearm_probe.n) == 4);
+  g_assert_cmpint (atomic_load (&rearm_probe.n), ==, 4);
+
+  guint gone = weft_context_add_timeout (ctx, 1, rearm_timeout, GINT_TO_POINTER (5), NULL);
+  g_assert_cmpuint (gone, >, 0);
+  g_assert_true (weft_context_remove (ctx, gone));
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 3, rearm_timeout, GINT_TO_POINTER (6), NULL),
+                    >, 0);
+  WT_WAIT_UNTIL (atomic_load (&rearm_probe.n) == 5);
+  g_assert_cmpint (atomic_load (&rearm_probe.n), ==, 5);
+
+  gint want[] = { 1, 2, 4, 3, 6 };
+  for (guint i = 0; i < G_N_ELEMENTS (want); i++)
+    g_assert_cmpint (rearm_probe.tags[i], ==, want[i]);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1070,6 +1232,9 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/wake-passed-on", test_wake_passed_on);
   g_test_add_func ("/engine/concurrent-stop", test_concurrent_stop);
   g_test_add_func ("/engine/timer-slack", test_timer_slack);
+  g_test_add_func ("/engine/timer-slack-coalesce", test_timer_slack_coalesce);
+  g_test_add_func ("/engine/timer-slack-precise", test_timer_slack_precise);
+  g_test_add_func ("/engine/timer-rearm-after-fire", test_timer_rearm_after_fire);
   g_test_add_func ("/engine/misuse", test_misuse);
   g_test_add_func ("/engine/stop-from-worker-is-critical", test_stop_from_worker_is_critical);
 

@@ -66,6 +66,51 @@ test_idmap_model (void)
 }
 
 static void
+test_idmap_grow_in_place (void)
+{
+  g_test_summary ("Growing the id map in place keeps every entry findable, with entries "
+                  "at home (moved up or left) and away from home (ids a multiple of the "
+                  "capacity apart, set aside and placed again)");
+
+  WeftIdMap map;
+  GRand *rand = g_rand_new_with_seed (99);
+  guint keys[3000];
+  guint n = 0;
+
+  weft__idmap_init (&map);
+  while (n < G_N_ELEMENTS (keys))
+    {
+      guint key;
+      switch (g_rand_int_range (rand, 0, 3))
+        {
+        case 0: /* sequential */
+          key = n + 1;
+          break;
+        case 1: /* collides with an earlier one in every table up to 1024 slots */
+          key = (n > 0 ? keys[g_rand_int_range (rand, 0, n)] : 1) + 1024 * g_rand_int_range (rand, 1, 64);
+          break;
+        default:
+          key = (guint) g_rand_int_range (rand, 1, 1 << 24);
+        }
+      if (weft__idmap_lookup (&map, key) != NULL)
+        continue;
+      guint cap_before = map.keys != NULL ? map.mask + 1 : 0;
+      weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
+      keys[n++] = key;
+      if (map.mask + 1 != cap_before || n % 97 == 0)
+        for (guint i = 0; i < n; i++)
+          g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+    }
+  g_assert_cmpuint (map.len, ==, n);
+  for (guint i = 0; i < n; i += 2)
+    g_assert_true (weft__idmap_remove (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 1; i < n; i += 2)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  weft__idmap_clear (&map);
+  g_rand_free (rand);
+}
+
+static void
 test_idmap_remove_in_order (void)
 {
   g_test_summary ("Removing 100k sequential ids in insertion order leaves every other "
@@ -89,15 +134,9 @@ test_idmap_remove_in_order (void)
 
 typedef struct {
   gint64 deadline;
-  guint index;
+  WeftHeapLink link;
   guint serial;
 } Item;
-
-static void
-item_set_index (gpointer item, guint index)
-{
-  ((Item *) item)->index = index;
-}
 
 static void
 test_heap_order_and_cancel (void)
@@ -111,7 +150,7 @@ test_heap_order_and_cancel (void)
   Item *items = g_new0 (Item, n);
   gboolean *cancelled = g_new0 (gboolean, n);
 
-  weft__heap_init (&heap, item_set_index);
+  weft__heap_init_link (&heap, Item, link);
   for (guint i = 0; i < n; i++)
     {
       items[i].deadline = g_rand_int_range (rand, 0, 1000); /* many ties */
@@ -120,12 +159,16 @@ test_heap_order_and_cancel (void)
     }
   for (guint i = 0; i < n; i += 3)
     {
-      weft__heap_remove (&heap, items[i].index);
-      g_assert_cmpuint (items[i].index, ==, WEFT_HEAP_NONE);
+      weft__heap_remove (&heap, items[i].link.index);
+      g_assert_cmpuint (items[i].link.index, ==, WEFT_HEAP_NONE);
       cancelled[i] = TRUE;
     }
   for (guint i = 0; i < heap.len; i++)
-    g_assert_cmpuint (((Item *) heap.v[i].item)->index, ==, i);
+    g_assert_cmpuint (((Item *) heap.v[i].item)->link.index, ==, i);
+  /* After all the growing, the root's children (and so every group of
+   * siblings) still start a cache line, with malloc's 16-byte alignment. */
+  if (((guintptr) heap.block & 15) == 0)
+    g_assert_cmpuint ((guintptr) (heap.v + 1) & 63, ==, 0);
 
   gint64 last_deadline = -1;
   gint last_serial = -1;
@@ -303,6 +346,7 @@ main (int argc, char *argv[])
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/internal/idmap-model", test_idmap_model);
   g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
+  g_test_add_func ("/internal/idmap-grow-in-place", test_idmap_grow_in_place);
   g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
