@@ -52,6 +52,7 @@ enum {
   ST_WAITING,
   ST_WOKEN,
   ST_DONE,
+  ST_PARKED,  /* between two jobs of its owner (weft__coro_park) */
 };
 
 typedef struct {
@@ -87,6 +88,8 @@ struct _WeftCoro {
   gboolean orphan;           /* waiting in a closed context: abandon it */
   atomic_bool out;           /* switched out, not being resumed: claimable */
   atomic_bool doom;          /* its context is gone: abandon once out */
+  gboolean inline_run;       /* this run was entered from a callback of the
+                              * context (spawn_here, resume_here), not a job */
   pthread_mutex_t *wait_lock;   /* the queue it waits in, if any: */
   WeftCoroWaitQueue *wait_q;    /* abandoning it takes it out */
   WeftCoroWaiter *waiter;
@@ -218,6 +221,24 @@ coro_main (void *arg)
   g_assert_not_reached ();
 }
 
+static void
+drop_locals (WeftCoro *c)
+{
+  /* (A destructor that runs in the coroutine may set a new one.) */
+  GArray *locals;
+  while ((locals = c->locals) != NULL)
+    {
+      c->locals = NULL;
+      for (guint i = 0; i < locals->len; i++)
+        {
+          Local *l = &g_array_index (locals, Local, i);
+          if (l->destroy != NULL)
+            l->destroy (l->value);
+        }
+      g_array_unref (locals);
+    }
+}
+
 /* After the end (or when the context is gone before it): everything the
  * coroutine held is released, once, off its stack. */
 static void
@@ -228,17 +249,7 @@ finish (WeftCoro *c)
       weft_context_remove (c->ctx, c->timer);
       c->timer = 0;
     }
-  if (c->locals != NULL)
-    {
-      for (guint i = 0; i < c->locals->len; i++)
-        {
-          Local *l = &g_array_index (c->locals, Local, i);
-          if (l->destroy != NULL)
-            l->destroy (l->value);
-        }
-      g_array_unref (c->locals);
-      c->locals = NULL;
-    }
+  drop_locals (c);
   if (c->notify != NULL)
     c->notify (c->data);
   weft__coro_stack_put (c->stack);
@@ -247,6 +258,15 @@ finish (WeftCoro *c)
   __tsan_destroy_fiber (c->tsan_fiber);
   c->tsan_fiber = NULL;
 #endif
+  /* The life reference is the only one: nobody can join it (a joiner
+   * holds a reference) or see it again, so it goes without the atomics
+   * below (an acquire load: what other holders did before they dropped
+   * theirs happened before). */
+  if (g_atomic_int_get (&c->ref_count) == 1)
+    {
+      coro_free (c);
+      return;
+    }
   /* Joiners wake now (each sees the result or the abandonment). A joiner
    * sets joined before it checks ended under the lock, and both are
    * sequentially consistent: either it sees ended, or we see joined and
@@ -336,11 +356,14 @@ run (WeftCoro *c)
   __sanitizer_finish_switch_fiber (fake, NULL, NULL);
 #endif
   set_current (outer);
-  if (atomic_load (&c->state) == ST_DONE)
+  int st = atomic_load (&c->state);
+  if (st == ST_DONE)
     {
       finish (c);
       return;
     }
+  if (st == ST_PARKED)
+    return; /* not out: only its owner continues it (resume_here) */
   if (c->orphan)
     {
       int expected = ST_WAITING;
@@ -369,6 +392,7 @@ resume_job (gpointer data)
   if (!atomic_compare_exchange_strong (&c->out, &expected, FALSE))
     return; /* being abandoned */
   atomic_store (&c->state, ST_RUNNING);
+  c->inline_run = FALSE;
   run (c);
 }
 
@@ -471,22 +495,64 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   return c;
 }
 
-WeftCoro *
+gboolean
 weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
                        GDestroyNotify notify, gsize stack_size)
 {
   if (weft_context_get_current () != ctx || weft__coro_current () != NULL)
-    return weft_coro_spawn (ctx, func, user_data, notify, stack_size);
+    {
+      WeftCoro *c = weft_coro_spawn (ctx, func, user_data, notify, stack_size);
+      weft_coro_unref (c);
+      return c != NULL;
+    }
   WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
   if (c == NULL)
-    return NULL;
+    return FALSE;
   /* What resume_job does, without the job: we are in a callback of ctx,
-   * so the body is serialised with the context's other callbacks. */
+   * so the body is serialised with the context's other callbacks. No
+   * reference for the caller: the life reference alone, so a coroutine
+   * that ends inside frees itself without an atomic (see finish()). */
+  c->ref_count = 1;
   /* Nobody else knows of it yet: no ordering needed. */
   atomic_store_explicit (&c->out, FALSE, memory_order_relaxed);
   atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
+  c->inline_run = TRUE;
   run (c);
-  return c;
+  return TRUE;
+}
+
+gboolean
+weft__coro_park (WeftCoro *c, WeftCoro **slot)
+{
+  g_assert (c == weft__coro_current ());
+  /* Resumed by a job: nobody is there to continue it. Referenced by
+   * someone else: a joiner would wait past the end of what it ran. */
+  if (!c->inline_run || g_atomic_int_get (&c->ref_count) != 1)
+    return FALSE;
+  /* What it ran leaves nothing for the next: its coroutine-locals go, and
+   * an interrupt it sent itself is forgotten. */
+  drop_locals (c);
+  atomic_store_explicit (&c->interrupt, FALSE, memory_order_relaxed);
+  atomic_store_explicit (&c->state, ST_PARKED, memory_order_relaxed);
+  *slot = c;
+  switch_out (c, FALSE);
+  return TRUE;
+}
+
+void
+weft__coro_resume_here (WeftCoro *c)
+{
+  g_assert (atomic_load_explicit (&c->state, memory_order_relaxed) == ST_PARKED);
+  g_assert (weft_context_get_current () == c->ctx && weft__coro_current () == NULL);
+  atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
+  c->inline_run = TRUE;
+  run (c);
+}
+
+void
+weft__coro_set_data (WeftCoro *c, gpointer user_data)
+{
+  c->data = user_data;
 }
 
 /**

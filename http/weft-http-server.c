@@ -402,52 +402,97 @@ flush_ready_corked (HttpConn *hc)
 /* ---- requests in -------------------------------------------------------- */
 
 /* A coroutine handler: runs in the connection's context, may wait. Its
- * data is the request (a reference), its handler the request's route's. */
+ * data is the request (a reference), its handler the request's route's.
+ * While it runs inline in on_data (it has not waited) and more bytes
+ * follow, it parks after the handler instead of ending, and dispatch()
+ * continues it with the next coroutine request of the same read: one
+ * coroutine, and a stack already hot, for a pipelined batch. It ends when
+ * on_data() is done with the batch (an idle connection holds no stack),
+ * when its handler waited (it was resumed by a job, outside on_data), or
+ * when someone else holds a reference to it. */
 static gpointer
 coro_handler (gpointer data)
 {
   WeftHttpRequest *req = data;
   HttpConn *hc = req->hc;
-  WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
-  func (hc->server, req, weft_http_route_get_data (req->route));
-  req->coro_handler_running = FALSE;
-  if (!atomic_load (&req->responded))
+  WeftCoro *self = weft_coro_self ();
+  for (;;)
     {
-      g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
-              req->method, req->path);
-      weft_http_respond_self (req, 500, FALSE);
+      WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
+      func (hc->server, req, weft_http_route_get_data (req->route));
+      req->coro_handler_running = FALSE;
+      if (!atomic_load (&req->responded))
+        {
+          g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
+                  req->method, req->path);
+          weft_http_respond_self (req, 500, FALSE);
+        }
+      else if (req->stream_body && req->ready && !hc->closed)
+        weft_http_flush_ready (hc); /* what waited for the handler's return */
+      /* Inline (on_data holds hc) with more to parse: park for it. Not
+       * inline, hc may go with the request: it is not touched again. */
+      if (hc->inline_req != req || !hc->coro_more || hc->closed)
+        return NULL; /* the notify drops the request */
+      weft__coro_set_data (self, NULL);
+      weft_http_request_unref (req);
+      if (!weft__coro_park (self, &hc->coro_parked))
+        return NULL;
+      /* dispatch() hands over the next request (a reference), or on_data()
+       * ends the batch with none. */
+      req = hc->inline_req;
+      if (req == NULL)
+        return NULL;
+      weft__coro_set_data (self, req);
     }
-  else if (req->stream_body && req->ready && !hc->closed)
-    weft_http_flush_ready (hc); /* what waited for the handler's return */
-  return NULL;
 }
 
 /* The handler's coroutine starts at once, here on the connection's
  * context, and runs until it first waits: a handler that answers without
  * waiting costs no job and answers as a callback handler does (in order,
  * written when the fd callback returns). After a wait it resumes from a
- * job, and its answer goes through a flush job. */
+ * job, and its answer goes through a flush job. A coroutine parked by the
+ * previous request of this read is continued instead of starting one. */
 static void
 spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
   /* The request may be answered, written and freed inside: the pending
    * line's reference goes with the flush, the coroutine's at its end. */
   req->coro_handler_running = TRUE;
+  WeftCoro *parked = hc->coro_parked;
+  if (parked != NULL)
+    {
+      hc->coro_parked = NULL;
+      hc->inline_req = weft_http_request_ref (req); /* the coroutine's */
+      weft__coro_resume_here (parked);
+      hc->inline_req = NULL;
+      return;
+    }
   hc->inline_req = req;
-  WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
-                                       (GDestroyNotify) weft_http_request_unref,
-                                       hc->server->coro_stack);
+  gboolean started = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
+                                            (GDestroyNotify) weft_http_request_unref,
+                                            hc->server->coro_stack);
   hc->inline_req = NULL;
-  if (c == NULL)
+  if (!started)
     {
       /* No stack, or the context is closing (the notify has run; the
        * pending line still holds the request). */
       req->coro_handler_running = FALSE;
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
-      return;
     }
-  weft_coro_unref (c);
+}
+
+/* The end of a read's batch: a coroutine parked for the next request
+ * returns. */
+static void
+end_parked (HttpConn *hc)
+{
+  WeftCoro *parked = hc->coro_parked;
+  if (parked == NULL)
+    return;
+  hc->coro_parked = NULL;
+  hc->inline_req = NULL;
+  weft__coro_resume_here (parked);
 }
 
 static void
@@ -928,6 +973,7 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
 {
   HttpConn *hc = weft_http_conn_ref (user_data);
   gsize consumed = on_data_held (conn, data, len, hc);
+  end_parked (hc);
   weft_http_conn_unref (hc);
   return consumed;
 }
@@ -963,6 +1009,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
             return len;
           if (hc->body_left > 0)
             break; /* wait for more */
+          hc->coro_more = consumed < len;
           body_complete (hc);
           continue;
         }
@@ -1017,12 +1064,16 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * once). Found by fuzz-http-connection. */
           if (!req->stream_body)
             req->body = g_bytes_ref (empty_body ());
+          hc->coro_more = consumed < len;
           dispatch (hc, req);
           continue;
         }
       start_body (hc, req, &head);
       if (req->stream_body)
-        dispatch (hc, req); /* the handler decides whether to read the body */
+        {
+          hc->coro_more = FALSE; /* its body follows, not a request */
+          dispatch (hc, req); /* the handler decides whether to read the body */
+        }
       else if (req->expect_continue && consumed == len && weft_http_pending_peek (hc) == req)
         {
           static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
