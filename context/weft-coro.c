@@ -29,6 +29,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-coro-private.h"
+#include "weft-engine-private.h" /* WEFT_TLS_IE */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -121,7 +122,9 @@ G_DEFINE_BOXED_TYPE (WeftCoro, weft_coro, weft_coro_ref, weft_coro_unref)
 
 /* ---- thread-local state, never cached across a switch ----------------- */
 
-static __thread WeftCoro *tls_current;
+/* Initial-exec: without it a shared library pays a __tls_get_addr call
+ * per access, several per switch. */
+static _Thread_local WEFT_TLS_IE WeftCoro *tls_current;
 
 __attribute__ ((noinline)) WeftCoro *
 weft__coro_current (void)
@@ -524,7 +527,6 @@ weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
 gboolean
 weft__coro_park (WeftCoro *c, WeftCoro **slot)
 {
-  g_assert (c == weft__coro_current ());
   /* Resumed by a job: nobody is there to continue it. Referenced by
    * someone else: a joiner would wait past the end of what it ran. */
   if (!c->inline_run || g_atomic_int_get (&c->ref_count) != 1)
