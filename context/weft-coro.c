@@ -73,7 +73,9 @@ typedef struct {
 
 struct _WeftCoro {
   gint ref_count;
-  WeftContext *ctx;          /* ref */
+  WeftContext *ctx;          /* ref if ctx_held */
+  gboolean ctx_held;         /* taken when it may outlive the callback it runs
+                              * in: posted, suspended, or referenced at its end */
   WeftCoroFunc func;
   gpointer data;
   GDestroyNotify notify;
@@ -182,17 +184,20 @@ static void
 coro_free (WeftCoro *c)
 {
   g_assert (c->stack == NULL);
-  weft_context_unref (c->ctx);
+  if (c->ctx_held)
+    weft_context_unref (c->ctx);
   pthread_mutex_destroy (&c->lock);
   weft__coro_object_put (c);
 }
 
 /* Leaves the coroutine for the job that resumed it. On the way back the
- * coroutine may be on another thread. */
+ * coroutine may be on another thread: its errno travels with it, unless
+ * @carry_errno is FALSE (a park: it comes back on the same thread, in the
+ * same callback, for new work). */
 static void
-switch_out (WeftCoro *c, gboolean final)
+switch_out (WeftCoro *c, gboolean final, gboolean carry_errno)
 {
-  if (!final)
+  if (carry_errno)
     save_errno (c);
 #ifdef WEFT_ASAN
   __sanitizer_start_switch_fiber (final ? NULL : &c->asan_fake, c->caller_lo, c->caller_size);
@@ -205,7 +210,21 @@ switch_out (WeftCoro *c, gboolean final)
 #ifdef WEFT_ASAN
   __sanitizer_finish_switch_fiber (c->asan_fake, &c->caller_lo, &c->caller_size);
 #endif
-  restore_errno (c);
+  if (carry_errno)
+    restore_errno (c);
+}
+
+/* A coroutine started inside a callback of its context (spawn_here) runs
+ * without a reference to it while it stays inside that callback: the
+ * callback keeps the context. It takes one once it may outlive it. */
+static void
+hold_context (WeftCoro *c)
+{
+  if (!c->ctx_held)
+    {
+      weft_context_ref (c->ctx);
+      c->ctx_held = TRUE;
+    }
 }
 
 static void
@@ -220,7 +239,7 @@ coro_main (void *arg)
   /* Release: what it did is visible to whoever sees it done. (Wakers only
    * compare-and-swap from WAITING, which this is not.) */
   atomic_store_explicit (&c->state, ST_DONE, memory_order_release);
-  switch_out (c, TRUE);
+  switch_out (c, TRUE, FALSE);
   g_assert_not_reached ();
 }
 
@@ -270,6 +289,7 @@ finish (WeftCoro *c)
       coro_free (c);
       return;
     }
+  hold_context (c); /* for weft_coro_get_context() of the other holders */
   /* Joiners wake now (each sees the result or the abandonment). A joiner
    * sets joined before it checks ended under the lock, and both are
    * sequentially consistent: either it sees ended, or we see joined and
@@ -367,6 +387,8 @@ run (WeftCoro *c)
     }
   if (st == ST_PARKED)
     return; /* not out: only its owner continues it (resume_here) */
+  /* Suspended: it outlives this callback, and needs its context. */
+  hold_context (c);
   if (c->orphan)
     {
       int expected = ST_WAITING;
@@ -444,7 +466,7 @@ coro_new (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestroyNotif
   WeftCoro *c = weft__coro_object_get (sizeof (WeftCoro));
   memset (c, 0, sizeof *c);
   c->ref_count = 2; /* the caller's, and the life reference */
-  c->ctx = weft_context_ref (ctx);
+  c->ctx = ctx; /* no reference yet: see hold_context() */
   c->func = func;
   c->data = user_data;
   c->notify = notify;
@@ -489,6 +511,7 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
   if (c == NULL)
     return NULL;
+  hold_context (c);
   if (!post_resume (c))
     {
       /* Closed: abandoned already (@notify has run). */
@@ -537,15 +560,15 @@ weft__coro_park (WeftCoro *c, WeftCoro **slot)
   atomic_store_explicit (&c->interrupt, FALSE, memory_order_relaxed);
   atomic_store_explicit (&c->state, ST_PARKED, memory_order_relaxed);
   *slot = c;
-  switch_out (c, FALSE);
+  switch_out (c, FALSE, FALSE);
   return TRUE;
 }
 
 void
 weft__coro_resume_here (WeftCoro *c)
 {
+  /* (Its owner, parked it in this callback, outside any coroutine.) */
   g_assert (atomic_load_explicit (&c->state, memory_order_relaxed) == ST_PARKED);
-  g_assert (weft_context_get_current () == c->ctx && weft__coro_current () == NULL);
   atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
   c->inline_run = TRUE;
   run (c);
@@ -702,7 +725,7 @@ weft__coro_wait (WeftCoro *c, gint timeout_ms)
                                          timeout_cb, weft_coro_ref (c), timeout_notify);
   if (c->timer == 0 && atomic_load (&c->state) == ST_WAITING && weft_context_is_destroyed (c->ctx))
     c->orphan = TRUE; /* nothing could bring it back: run() abandons it */
-  switch_out (c, FALSE);
+  switch_out (c, FALSE, TRUE);
   if (c->timer != 0)
     {
       weft_context_remove (c->ctx, c->timer);
