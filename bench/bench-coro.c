@@ -11,9 +11,6 @@
  *                   coroutine in the same context that joins nothing
  *   spawn here      weft__coro_spawn_here from a job of the context: the
  *                   body starts at once, no job (the HTTP server's path)
- *   park            weft__coro_resume_here + weft__coro_park from a job: a
- *                   coroutine reused for the next piece of work (the HTTP
- *                   server's pipelined coroutine requests)
  *
  * Usage: bench-coro [ROUNDS]; BENCH_QUICK=1 for small sizes.
  *
@@ -135,37 +132,6 @@ here_job (gpointer data)
   atomic_store (&j->done, 1);
 }
 
-static WeftCoro *parked;
-static gboolean park_stop;
-
-static gpointer
-parker (gpointer data)
-{
-  WeftCoro *self = weft_coro_self ();
-  while (weft__coro_park (self, &parked) && !park_stop)
-    ;
-  return NULL;
-}
-
-static void
-park_job (gpointer data)
-{
-  Job *j = data;
-  WeftContext *ctx = weft_context_get_current ();
-  weft__coro_spawn_here (ctx, parker, NULL, NULL, 0);
-  uint64_t t0 = wb_now_ns ();
-  for (long i = 0; i < j->n; i++)
-    {
-      WeftCoro *c = parked;
-      parked = NULL;
-      weft__coro_resume_here (c);
-    }
-  j->ns = wb_now_ns () - t0;
-  park_stop = TRUE;
-  weft__coro_resume_here (parked);
-  atomic_store (&j->done, 1);
-}
-
 static void
 api_here (WeftEngine *engine, WeftJobFunc job, Job *j)
 {
@@ -223,13 +189,6 @@ main (int argc, char **argv)
                  (double) h.ns / (double) h.n, "ns/coroutine",
                  "internal: the body starts inside the call (HTTP coroutine handlers); "
                  "64 KiB stack; 1 worker");
-      Job pk = { n_api };
-      park_stop = FALSE;
-      api_here (engine, park_job, &pk);
-      wb_report ("1-switch", IMPL, "weft__coro_resume_here+park from a job (reuse)",
-                 (double) pk.ns / (double) pk.n, "ns/round",
-                 "internal: a parked coroutine continued for the next piece of work; "
-                 "2 switches; 1 worker");
     }
   weft_engine_unref (engine);
   return 0;

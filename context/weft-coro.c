@@ -53,7 +53,6 @@ enum {
   ST_WAITING,
   ST_WOKEN,
   ST_DONE,
-  ST_PARKED,  /* between two jobs of its owner (weft__coro_park) */
 };
 
 typedef struct {
@@ -91,8 +90,8 @@ struct _WeftCoro {
   gboolean orphan;           /* waiting in a closed context: abandon it */
   atomic_bool out;           /* switched out, not being resumed: claimable */
   atomic_bool doom;          /* its context is gone: abandon once out */
-  gboolean inline_run;       /* this run was entered from a callback of the
-                              * context (spawn_here, resume_here), not a job */
+  gboolean inline_run;       /* this run was entered by spawn_here from a
+                              * callback of the context, not by a job */
   pthread_mutex_t *wait_lock;   /* the queue it waits in, if any: */
   WeftCoroWaitQueue *wait_q;    /* abandoning it takes it out */
   WeftCoroWaiter *waiter;
@@ -191,13 +190,11 @@ coro_free (WeftCoro *c)
 }
 
 /* Leaves the coroutine for the job that resumed it. On the way back the
- * coroutine may be on another thread: its errno travels with it, unless
- * @carry_errno is FALSE (a park: it comes back on the same thread, in the
- * same callback, for new work). */
+ * coroutine may be on another thread. */
 static void
-switch_out (WeftCoro *c, gboolean final, gboolean carry_errno)
+switch_out (WeftCoro *c, gboolean final)
 {
-  if (carry_errno)
+  if (!final)
     save_errno (c);
 #ifdef WEFT_ASAN
   __sanitizer_start_switch_fiber (final ? NULL : &c->asan_fake, c->caller_lo, c->caller_size);
@@ -210,8 +207,7 @@ switch_out (WeftCoro *c, gboolean final, gboolean carry_errno)
 #ifdef WEFT_ASAN
   __sanitizer_finish_switch_fiber (c->asan_fake, &c->caller_lo, &c->caller_size);
 #endif
-  if (carry_errno)
-    restore_errno (c);
+  restore_errno (c);
 }
 
 /* A coroutine started inside a callback of its context (spawn_here) runs
@@ -239,7 +235,7 @@ coro_main (void *arg)
   /* Release: what it did is visible to whoever sees it done. (Wakers only
    * compare-and-swap from WAITING, which this is not.) */
   atomic_store_explicit (&c->state, ST_DONE, memory_order_release);
-  switch_out (c, TRUE, FALSE);
+  switch_out (c, TRUE);
   g_assert_not_reached ();
 }
 
@@ -385,8 +381,6 @@ run (WeftCoro *c)
       finish (c);
       return;
     }
-  if (st == ST_PARKED)
-    return; /* not out: only its owner continues it (resume_here) */
   /* Suspended: it outlives this callback, and needs its context. */
   hold_context (c);
   if (c->orphan)
@@ -548,9 +542,9 @@ weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
 }
 
 gboolean
-weft__coro_park (WeftCoro *c, WeftCoro **slot)
+weft__coro_renew (WeftCoro *c)
 {
-  /* Resumed by a job: nobody is there to continue it. Referenced by
+  /* Resumed by a job: outside the callback that started it. Referenced by
    * someone else: a joiner would wait past the end of what it ran. */
   if (!c->inline_run || g_atomic_int_get (&c->ref_count) != 1)
     return FALSE;
@@ -558,20 +552,7 @@ weft__coro_park (WeftCoro *c, WeftCoro **slot)
    * an interrupt it sent itself is forgotten. */
   drop_locals (c);
   atomic_store_explicit (&c->interrupt, FALSE, memory_order_relaxed);
-  atomic_store_explicit (&c->state, ST_PARKED, memory_order_relaxed);
-  *slot = c;
-  switch_out (c, FALSE, FALSE);
   return TRUE;
-}
-
-void
-weft__coro_resume_here (WeftCoro *c)
-{
-  /* (Its owner, parked it in this callback, outside any coroutine.) */
-  g_assert (atomic_load_explicit (&c->state, memory_order_relaxed) == ST_PARKED);
-  atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
-  c->inline_run = TRUE;
-  run (c);
 }
 
 void
@@ -725,7 +706,7 @@ weft__coro_wait (WeftCoro *c, gint timeout_ms)
                                          timeout_cb, weft_coro_ref (c), timeout_notify);
   if (c->timer == 0 && atomic_load (&c->state) == ST_WAITING && weft_context_is_destroyed (c->ctx))
     c->orphan = TRUE; /* nothing could bring it back: run() abandons it */
-  switch_out (c, FALSE, TRUE);
+  switch_out (c, FALSE);
   if (c->timer != 0)
     {
       weft_context_remove (c->ctx, c->timer);

@@ -136,10 +136,9 @@ struct _HttpConn {
   gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
                                 * dispatch (as a callback handler would) */
-  WeftCoro *coro_parked;    /* in on_data: a handlers' coroutine between two
-                             * pipelined requests (weft__coro_park) */
-  gboolean coro_more;       /* in on_data: bytes follow the request being
-                             * dispatched (its coroutine may park for them) */
+  struct _HttpBatch *batch; /* in on_data, around a bodiless request's
+                             * dispatch: the read being parsed, which its
+                             * coroutine handler may go on with */
   gboolean input_unread;    /* closing after refusing input still on its way:
                              * linger whether or not it has arrived yet */
   gboolean closed;

@@ -401,15 +401,29 @@ flush_ready_corked (HttpConn *hc)
 
 /* ---- requests in -------------------------------------------------------- */
 
+/* What on_data() is parsing, while it dispatches a bodiless request: a
+ * coroutine handler that answered without waiting goes on with the
+ * requests after it (see batch_next()). */
+typedef struct _HttpBatch {
+  const guint8 *data;
+  gsize len;
+  gsize consumed;            /* advanced by whoever takes a request */
+  gint64 now;
+  WeftHttpHeader *headers;   /* the parser's array, on on_data()'s stack */
+  WeftHttpRequest *handoff;  /* taken by the coroutine, for on_data() to
+                              * dispatch (not a coroutine handler's) */
+} HttpBatch;
+
+static WeftHttpRequest *batch_next (HttpConn *hc, HttpBatch *b);
+
 /* A coroutine handler: runs in the connection's context, may wait. Its
  * data is the request (a reference), its handler the request's route's.
- * While it runs inline in on_data (it has not waited) and more bytes
- * follow, it parks after the handler instead of ending, and dispatch()
- * continues it with the next coroutine request of the same read: one
- * coroutine, and a stack already hot, for a pipelined batch. It ends when
- * on_data() is done with the batch (an idle connection holds no stack),
- * when its handler waited (it was resumed by a job, outside on_data), or
- * when someone else holds a reference to it. */
+ * While it runs inside on_data() (it has not waited), it goes on with the
+ * next requests of the same read that are for coroutine handlers too,
+ * one after the other on its stack, already hot: a pipelined batch costs
+ * one coroutine and no switch per request. It ends at the first request
+ * it does not take, once its handler has waited (it was resumed by a job,
+ * outside on_data()), or when someone else holds a reference to it. */
 static gpointer
 coro_handler (gpointer data)
 {
@@ -429,20 +443,19 @@ coro_handler (gpointer data)
         }
       else if (req->stream_body && req->ready && !hc->closed)
         weft_http_flush_ready (hc); /* what waited for the handler's return */
-      /* Inline (on_data holds hc) with more to parse: park for it. Not
-       * inline, hc may go with the request: it is not touched again. */
-      if (hc->inline_req != req || !hc->coro_more || hc->closed)
+      /* Still inside on_data() (which holds hc)? Not after a wait: then hc
+       * may go with the request, and is not touched again. */
+      HttpBatch *b = hc->batch;
+      if (hc->inline_req != req || b == NULL || !weft__coro_renew (self))
         return NULL; /* the notify drops the request */
       weft__coro_set_data (self, NULL);
       weft_http_request_unref (req);
-      if (!weft__coro_park (self, &hc->coro_parked))
-        return NULL;
-      /* dispatch() hands over the next request (a reference), or on_data()
-       * ends the batch with none. */
-      req = hc->inline_req;
+      req = batch_next (hc, b);
       if (req == NULL)
         return NULL;
       weft__coro_set_data (self, req);
+      req->coro_handler_running = TRUE;
+      hc->inline_req = req;
     }
 }
 
@@ -450,23 +463,13 @@ coro_handler (gpointer data)
  * context, and runs until it first waits: a handler that answers without
  * waiting costs no job and answers as a callback handler does (in order,
  * written when the fd callback returns). After a wait it resumes from a
- * job, and its answer goes through a flush job. A coroutine parked by the
- * previous request of this read is continued instead of starting one. */
+ * job, and its answer goes through a flush job. */
 static void
 spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 {
   /* The request may be answered, written and freed inside: the pending
    * line's reference goes with the flush, the coroutine's at its end. */
   req->coro_handler_running = TRUE;
-  WeftCoro *parked = hc->coro_parked;
-  if (parked != NULL)
-    {
-      hc->coro_parked = NULL;
-      hc->inline_req = weft_http_request_ref (req); /* the coroutine's */
-      weft__coro_resume_here (parked);
-      hc->inline_req = NULL;
-      return;
-    }
   hc->inline_req = req;
   gboolean started = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
                                             (GDestroyNotify) weft_http_request_unref,
@@ -480,19 +483,6 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
     }
-}
-
-/* The end of a read's batch: a coroutine parked for the next request
- * returns. */
-static void
-end_parked (HttpConn *hc)
-{
-  WeftCoro *parked = hc->coro_parked;
-  if (parked == NULL)
-    return;
-  hc->coro_parked = NULL;
-  hc->inline_req = NULL;
-  weft__coro_resume_here (parked);
 }
 
 static void
@@ -964,6 +954,45 @@ only_empty_lines (const guint8 *data, gsize len)
   return TRUE;
 }
 
+/* For a coroutine handler's coroutine, inside on_data(), its handler
+ * done: takes the next request of the read if nothing stops on_data()
+ * there, it is whole and bodiless, and it is for a coroutine handler:
+ * returns it (a reference for the coroutine), counted. Anything else is
+ * left to on_data(), which parses it again: NULL. A request taken but not
+ * for a coroutine handler (a callback handler may need more stack than a
+ * coroutine has) is handed back to on_data() in b->handoff. */
+static WeftHttpRequest *
+batch_next (HttpConn *hc, HttpBatch *b)
+{
+  WeftHttpServer *server = hc->server;
+  /* on_data()'s reasons to stop, or to take more care (the drain). */
+  if (b->consumed >= b->len || hc->closing || hc->closed || hc->reading != NULL ||
+      hc->draining || weft_connection_is_write_blocked (hc->conn) ||
+      hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
+    return NULL;
+  WeftHttpHead head;
+  guint status = 0;
+  const char *at = (const char *) b->data + b->consumed;
+  gssize r = weft_http_parse_request (at, b->len - b->consumed, &server->limits, &head,
+                                      b->headers, MAX_HEADERS, &status);
+  if (r < 0 || head.body != WEFT_HTTP_BODY_NONE)
+    return NULL;
+  stop_timer (hc);
+  WeftHttpRequest *req = take_head (hc, at, (gsize) r, &head, b->now);
+  b->consumed += (gsize) r;
+  if (!req->stream_body)
+    req->body = g_bytes_ref (empty_body ());
+  if (req->route_result != WEFT_HTTP_ROUTE_FOUND || req->stream_body ||
+      !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE) ||
+      !known_method (req->method))
+    {
+      b->handoff = req;
+      return NULL;
+    }
+  atomic_fetch_add_explicit (&server->n_requests, 1, memory_order_relaxed);
+  return weft_http_request_ref (req);
+}
+
 static gsize on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc);
 
 /* Held for the call: a handler's answer, a flush or the drain may close
@@ -973,7 +1002,6 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
 {
   HttpConn *hc = weft_http_conn_ref (user_data);
   gsize consumed = on_data_held (conn, data, len, hc);
-  end_parked (hc);
   weft_http_conn_unref (hc);
   return consumed;
 }
@@ -1009,7 +1037,6 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
             return len;
           if (hc->body_left > 0)
             break; /* wait for more */
-          hc->coro_more = consumed < len;
           body_complete (hc);
           continue;
         }
@@ -1064,16 +1091,24 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * once). Found by fuzz-http-connection. */
           if (!req->stream_body)
             req->body = g_bytes_ref (empty_body ());
-          hc->coro_more = consumed < len;
+          /* Its coroutine handler may take the requests after it (and
+           * hand back one that is not for it). */
+          HttpBatch batch = { data, len, consumed, now, headers, NULL };
+          hc->batch = &batch;
           dispatch (hc, req);
+          while (batch.handoff != NULL)
+            {
+              req = batch.handoff;
+              batch.handoff = NULL;
+              dispatch (hc, req);
+            }
+          hc->batch = NULL;
+          consumed = batch.consumed;
           continue;
         }
       start_body (hc, req, &head);
       if (req->stream_body)
-        {
-          hc->coro_more = FALSE; /* its body follows, not a request */
-          dispatch (hc, req); /* the handler decides whether to read the body */
-        }
+        dispatch (hc, req); /* the handler decides whether to read the body */
       else if (req->expect_continue && consumed == len && weft_http_pending_peek (hc) == req)
         {
           static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -1,8 +1,8 @@
 /* test-coro-reuse.c: the internal coroutine path of the HTTP server's
  * coroutine handlers (context/weft-coro-private.h): a body started inside
- * a callback of its context (weft__coro_spawn_here), parked between two
- * pieces of work and continued from a callback (weft__coro_park,
- * weft__coro_resume_here), and what parking refuses or forgets.
+ * a callback of its context (weft__coro_spawn_here) that takes on more
+ * work there (weft__coro_renew), what renewing refuses and forgets, and
+ * the notify's data moving with the work (weft__coro_set_data).
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -54,19 +54,13 @@ run_on (WeftContext *ctx, void (*func) (gpointer data), gpointer data)
   g_assert_cmpint (atomic_load (&o.done), ==, 1);
 }
 
-/* ---- a worker that parks between pieces of work ------------------------ */
+/* ---- several pieces of work in one coroutine ---------------------------- */
 
-/* The work a parked coroutine is continued with: a number to record, or
- * 0 to return. The owner (a job of the context) sets it before it
- * continues the coroutine. */
 typedef struct {
-  WeftCoro *parked;
-  guint next;           /* the work handed over */
-  guint seen[16];
-  guint n_seen;
-  WeftCoro *self_seen[16];
-  gboolean in_owner;    /* set by the owner around each continuation */
-  gboolean inside[16];  /* the work ran inside its owner's call */
+  gboolean in_owner;   /* set by the owner around the spawn */
+  guint n_done;
+  gboolean inside[8];  /* each piece ran inside the owner's call */
+  gboolean renewed[8];
   atomic_int ended;
 } Worker;
 
@@ -74,15 +68,13 @@ static gpointer
 worker_body (gpointer data)
 {
   Worker *w = data;
+  WeftCoro *self = weft_coro_self ();
   for (;;)
     {
-      w->seen[w->n_seen] = w->next;
-      w->self_seen[w->n_seen] = weft_coro_self ();
-      w->inside[w->n_seen] = w->in_owner;
-      w->n_seen++;
-      if (!weft__coro_park (weft_coro_self (), &w->parked))
-        break;
-      if (w->next == 0)
+      w->inside[w->n_done] = w->in_owner;
+      w->renewed[w->n_done] = weft__coro_renew (self);
+      w->n_done++;
+      if (w->n_done == 5)
         break;
     }
   return NULL;
@@ -99,46 +91,27 @@ static void
 worker_run (gpointer data)
 {
   Worker *w = data;
-  w->next = 1;
   w->in_owner = TRUE;
   g_assert_true (weft__coro_spawn_here (weft_context_get_current (), worker_body, w,
                                         worker_ended, 0));
   w->in_owner = FALSE;
-  for (guint i = 2; i <= 5; i++)
-    {
-      g_assert_nonnull (w->parked);
-      WeftCoro *c = w->parked;
-      w->parked = NULL;
-      w->next = i;
-      w->in_owner = TRUE;
-      weft__coro_resume_here (c);
-      w->in_owner = FALSE;
-    }
-  g_assert_cmpint (atomic_load (&w->ended), ==, 0);
-  WeftCoro *c = w->parked;
-  w->parked = NULL;
-  w->next = 0;
-  weft__coro_resume_here (c);
-  g_assert_null (w->parked);
 }
 
-/* One coroutine does five pieces of work in order, each inside the call
- * that handed it over, and ends when told there is no more. */
+/* A coroutine started by spawn_here, which never waits, may renew itself
+ * for each piece of work, all inside the call that started it. */
 static void
-test_park_resume_in_order (void)
+test_renew_inside_owner (void)
 {
   Env e;
   env_init (&e);
   static Worker w;
-  memset (&w, 0, sizeof w);
   run_on (e.ctx, worker_run, &w);
   g_assert_cmpint (atomic_load (&w.ended), ==, 1);
-  g_assert_cmpuint (w.n_seen, ==, 5);
+  g_assert_cmpuint (w.n_done, ==, 5);
   for (guint i = 0; i < 5; i++)
     {
-      g_assert_cmpuint (w.seen[i], ==, i + 1);
-      g_assert_true (w.self_seen[i] == w.self_seen[0]);
       g_assert_true (w.inside[i]);
+      g_assert_true (w.renewed[i]);
     }
   env_clear (&e);
 }
@@ -199,13 +172,12 @@ test_spawn_here_inline (void)
   env_clear (&e);
 }
 
-/* ---- what parking refuses ----------------------------------------------- */
+/* ---- what renewing refuses ---------------------------------------------- */
 
 typedef struct {
-  WeftCoro *parked;
   gboolean refused_with_ref;
   gboolean refused_after_wait;
-  WeftCoro *ref;
+  gboolean refused_when_posted;
   atomic_int done;
 } Refuse;
 
@@ -214,13 +186,13 @@ refuse_body (gpointer data)
 {
   Refuse *r = data;
   WeftCoro *self = weft_coro_self ();
-  /* Someone else holds a reference (a joiner could come): no parking. */
-  r->ref = weft_coro_ref (self);
-  r->refused_with_ref = !weft__coro_park (self, &r->parked);
-  weft_coro_unref (r->ref);
-  /* Continued by a job after a wait: no owner to continue it. */
+  /* Someone else holds a reference (a joiner could come): no renewal. */
+  WeftCoro *ref = weft_coro_ref (self);
+  r->refused_with_ref = !weft__coro_renew (self);
+  weft_coro_unref (ref);
+  /* Continued by a job after a wait: outside the callback that started it. */
   g_assert_cmpint (weft_coro_yield (), ==, 0);
-  r->refused_after_wait = !weft__coro_park (self, &r->parked);
+  r->refused_after_wait = !weft__coro_renew (self);
   atomic_store (&r->done, 1);
   return NULL;
 }
@@ -232,22 +204,36 @@ refuse_job (gpointer data)
   g_assert_true (weft__coro_spawn_here (weft_context_get_current (), refuse_body, r, NULL, 0));
 }
 
+static gpointer
+posted_body (gpointer data)
+{
+  Refuse *r = data;
+  r->refused_when_posted = !weft__coro_renew (weft_coro_self ());
+  atomic_store (&r->done, 1);
+  return NULL;
+}
+
 static void
-test_park_refused (void)
+test_renew_refused (void)
 {
   Env e;
   env_init (&e);
-  static Refuse r;
+  static Refuse r, p;
   run_on (e.ctx, refuse_job, &r);
   WT_WAIT_UNTIL (atomic_load (&r.done) == 1);
   g_assert_cmpint (atomic_load (&r.done), ==, 1);
   g_assert_true (r.refused_with_ref);
   g_assert_true (r.refused_after_wait);
-  g_assert_null (r.parked);
+  /* Started by a job (a public spawn), never inside a callback. */
+  WeftCoro *c = weft_coro_spawn (e.ctx, posted_body, &p, NULL, 0);
+  weft_coro_unref (c);
+  WT_WAIT_UNTIL (atomic_load (&p.done) == 1);
+  g_assert_cmpint (atomic_load (&p.done), ==, 1);
+  g_assert_true (p.refused_when_posted);
   env_clear (&e);
 }
 
-/* ---- what parking forgets ----------------------------------------------- */
+/* ---- what renewing forgets ---------------------------------------------- */
 
 static atomic_int locals_freed;
 
@@ -260,7 +246,8 @@ count_local (gpointer data)
 static int local_key;
 
 typedef struct {
-  WeftCoro *parked;
+  gboolean renewed;
+  gint freed_at_renew;
   gboolean local_gone;
   gint sleep_result;
   atomic_int done;
@@ -273,8 +260,8 @@ forget_body (gpointer data)
   WeftCoro *self = weft_coro_self ();
   weft_coro_set_local (&local_key, f, count_local);
   weft_coro_interrupt (self); /* would end its next wait at once */
-  if (!weft__coro_park (self, &f->parked))
-    return NULL;
+  f->renewed = weft__coro_renew (self);
+  f->freed_at_renew = atomic_load (&locals_freed);
   /* The next piece of work starts clean. */
   f->local_gone = weft_coro_get_local (&local_key) == NULL;
   f->sleep_result = weft_coro_sleep (1);
@@ -287,15 +274,10 @@ forget_job (gpointer data)
 {
   Forget *f = data;
   g_assert_true (weft__coro_spawn_here (weft_context_get_current (), forget_body, f, NULL, 0));
-  g_assert_nonnull (f->parked);
-  g_assert_cmpint (atomic_load (&locals_freed), ==, 1);
-  WeftCoro *c = f->parked;
-  f->parked = NULL;
-  weft__coro_resume_here (c); /* it sleeps: resumed later by a job */
 }
 
 static void
-test_park_forgets_locals_and_interrupt (void)
+test_renew_forgets_locals_and_interrupt (void)
 {
   Env e;
   env_init (&e);
@@ -304,6 +286,8 @@ test_park_forgets_locals_and_interrupt (void)
   run_on (e.ctx, forget_job, &f);
   WT_WAIT_UNTIL (atomic_load (&f.done) == 1);
   g_assert_cmpint (atomic_load (&f.done), ==, 1);
+  g_assert_true (f.renewed);
+  g_assert_cmpint (f.freed_at_renew, ==, 1);
   g_assert_true (f.local_gone);
   g_assert_cmpint (f.sleep_result, ==, 0);
   g_assert_cmpint (atomic_load (&locals_freed), ==, 1);
@@ -327,7 +311,6 @@ notify_second (gpointer data)
 }
 
 typedef struct {
-  WeftCoro *parked;
   atomic_int sleeping;
   atomic_int woke;
 } Doomed;
@@ -337,7 +320,7 @@ doomed_body (gpointer data)
 {
   Doomed *d = data;
   WeftCoro *self = weft_coro_self ();
-  if (!weft__coro_park (self, &d->parked))
+  if (!weft__coro_renew (self))
     return NULL;
   /* The second piece of work: what the notify gets now is its data. */
   weft__coro_set_data (self, &notified_second);
@@ -362,13 +345,10 @@ doomed_job (gpointer data)
   Doomed *d = data;
   g_assert_true (weft__coro_spawn_here (weft_context_get_current (), doomed_body, d,
                                         doomed_notify, 0));
-  WeftCoro *c = d->parked;
-  d->parked = NULL;
-  weft__coro_resume_here (c);
 }
 
-/* The context goes while a coroutine continued from a park is suspended:
- * it is freed once, its notify getting the data of the work it was on. */
+/* The context goes while a renewed coroutine is suspended: it is freed
+ * once, its notify getting the data of the work it was on. */
 static void
 test_destroy_with_reused_suspended (void)
 {
@@ -394,11 +374,11 @@ int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
-  g_test_add_func ("/coro-reuse/park-resume-in-order", test_park_resume_in_order);
   g_test_add_func ("/coro-reuse/spawn-here-inline", test_spawn_here_inline);
-  g_test_add_func ("/coro-reuse/park-refused", test_park_refused);
-  g_test_add_func ("/coro-reuse/park-forgets-locals-and-interrupt",
-                   test_park_forgets_locals_and_interrupt);
+  g_test_add_func ("/coro-reuse/renew-inside-owner", test_renew_inside_owner);
+  g_test_add_func ("/coro-reuse/renew-refused", test_renew_refused);
+  g_test_add_func ("/coro-reuse/renew-forgets-locals-and-interrupt",
+                   test_renew_forgets_locals_and_interrupt);
   g_test_add_func ("/coro-reuse/destroy-with-reused-suspended",
                    test_destroy_with_reused_suspended);
   return g_test_run ();
