@@ -9,6 +9,8 @@
  *                   back to the worker, the job runs, switch in
  *   spawn           weft_coro_spawn + run to the end + free, driven by a
  *                   coroutine in the same context that joins nothing
+ *   spawn here      weft__coro_spawn_here from a job of the context: the
+ *                   body starts at once, no job (the HTTP server's path)
  *
  * Usage: bench-coro [ROUNDS]; BENCH_QUICK=1 for small sizes.
  *
@@ -116,6 +118,32 @@ spawner (gpointer data)
   return NULL;
 }
 
+/* From a job of the context: each coroutine runs to its end inside the
+ * call, as the HTTP server's coroutine handlers do. */
+static void
+here_job (gpointer data)
+{
+  Job *j = data;
+  WeftContext *ctx = weft_context_get_current ();
+  uint64_t t0 = wb_now_ns ();
+  for (long i = 0; i < j->n; i++)
+    weft__coro_spawn_here (ctx, empty, NULL, NULL, 0);
+  j->ns = wb_now_ns () - t0;
+  atomic_store (&j->done, 1);
+}
+
+static void
+api_here (WeftEngine *engine, WeftJobFunc job, Job *j)
+{
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  weft_context_post (ctx, job, j, NULL);
+  while (!atomic_load (&j->done))
+    g_usleep (1000);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+}
+
 static void
 api (WeftEngine *engine, WeftCoroFunc f, Job *j)
 {
@@ -155,6 +183,12 @@ main (int argc, char **argv)
       wb_report ("1-create", IMPL, "weft_coro_spawn+run+end in a context, cached stack",
                  (double) sp.ns / (double) sp.n, "ns/coroutine",
                  "spawned from a coroutine of the same context; 64 KiB stack; 1 worker");
+      Job h = { n_api };
+      api_here (engine, here_job, &h);
+      wb_report ("1-create", IMPL, "weft__coro_spawn_here+run+end from a job, cached stack",
+                 (double) h.ns / (double) h.n, "ns/coroutine",
+                 "internal: the body starts inside the call (HTTP coroutine handlers); "
+                 "64 KiB stack; 1 worker");
     }
   weft_engine_unref (engine);
   return 0;

@@ -82,9 +82,23 @@ void weft__coro_object_put (gpointer object);
 
 /* Like weft_coro_spawn(), but from a callback of @ctx (outside any
  * coroutine) the body starts at once, on this worker, and runs until it
- * first waits or ends, before this returns; elsewhere it is posted as
- * weft_coro_spawn() does. For owners that know the caller's stack may be
- * entered (the HTTP server's coroutine handlers): a public spawn never
- * runs the body inline. */
-WeftCoro *weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
-                                 GDestroyNotify notify, gsize stack_size);
+ * first waits or ends, before this returns; elsewhere it is posted
+ * as weft_coro_spawn() does. For owners that know the caller's stack may
+ * be entered (the HTTP server's coroutine handlers): a public spawn never
+ * runs the body inline. No reference is returned (the coroutine may be
+ * gone already): TRUE if it started or was posted; FALSE if no stack
+ * could be mapped or @ctx is closed (@notify has run then). */
+gboolean weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
+                                GDestroyNotify notify, gsize stack_size);
+
+/* From the running coroutine @c, between two pieces of work of its own
+ * (the HTTP server's requests): TRUE if it may take on more in the
+ * callback that started it, as a coroutine started anew would; then its
+ * coroutine-locals are dropped and a pending interrupt forgotten. FALSE
+ * if it was resumed by a job since (it is no longer inside that callback)
+ * or someone else holds a reference to it (a joiner would wait past the
+ * end of what it ran). */
+gboolean weft__coro_renew (WeftCoro *c);
+/* Replaces the data the coroutine's notify gets once it ends (or is
+ * abandoned): for a body that moves on to other work. */
+void weft__coro_set_data (WeftCoro *c, gpointer user_data);

@@ -29,6 +29,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-coro-private.h"
+#include "weft-engine-private.h" /* WEFT_TLS_IE */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +72,9 @@ typedef struct {
 
 struct _WeftCoro {
   gint ref_count;
-  WeftContext *ctx;          /* ref */
+  WeftContext *ctx;          /* ref if ctx_held */
+  gboolean ctx_held;         /* taken when it may outlive the callback it runs
+                              * in: posted, suspended, or referenced at its end */
   WeftCoroFunc func;
   gpointer data;
   GDestroyNotify notify;
@@ -87,6 +90,8 @@ struct _WeftCoro {
   gboolean orphan;           /* waiting in a closed context: abandon it */
   atomic_bool out;           /* switched out, not being resumed: claimable */
   atomic_bool doom;          /* its context is gone: abandon once out */
+  gboolean inline_run;       /* this run was entered by spawn_here from a
+                              * callback of the context, not by a job */
   pthread_mutex_t *wait_lock;   /* the queue it waits in, if any: */
   WeftCoroWaitQueue *wait_q;    /* abandoning it takes it out */
   WeftCoroWaiter *waiter;
@@ -118,7 +123,9 @@ G_DEFINE_BOXED_TYPE (WeftCoro, weft_coro, weft_coro_ref, weft_coro_unref)
 
 /* ---- thread-local state, never cached across a switch ----------------- */
 
-static __thread WeftCoro *tls_current;
+/* Initial-exec: without it a shared library pays a __tls_get_addr call
+ * per access, several per switch. */
+static _Thread_local WEFT_TLS_IE WeftCoro *tls_current;
 
 __attribute__ ((noinline)) WeftCoro *
 weft__coro_current (void)
@@ -176,7 +183,8 @@ static void
 coro_free (WeftCoro *c)
 {
   g_assert (c->stack == NULL);
-  weft_context_unref (c->ctx);
+  if (c->ctx_held)
+    weft_context_unref (c->ctx);
   pthread_mutex_destroy (&c->lock);
   weft__coro_object_put (c);
 }
@@ -202,6 +210,19 @@ switch_out (WeftCoro *c, gboolean final)
   restore_errno (c);
 }
 
+/* A coroutine started inside a callback of its context (spawn_here) runs
+ * without a reference to it while it stays inside that callback: the
+ * callback keeps the context. It takes one once it may outlive it. */
+static void
+hold_context (WeftCoro *c)
+{
+  if (!c->ctx_held)
+    {
+      weft_context_ref (c->ctx);
+      c->ctx_held = TRUE;
+    }
+}
+
 static void
 coro_main (void *arg)
 {
@@ -218,6 +239,24 @@ coro_main (void *arg)
   g_assert_not_reached ();
 }
 
+static void
+drop_locals (WeftCoro *c)
+{
+  /* (A destructor that runs in the coroutine may set a new one.) */
+  GArray *locals;
+  while ((locals = c->locals) != NULL)
+    {
+      c->locals = NULL;
+      for (guint i = 0; i < locals->len; i++)
+        {
+          Local *l = &g_array_index (locals, Local, i);
+          if (l->destroy != NULL)
+            l->destroy (l->value);
+        }
+      g_array_unref (locals);
+    }
+}
+
 /* After the end (or when the context is gone before it): everything the
  * coroutine held is released, once, off its stack. */
 static void
@@ -228,17 +267,7 @@ finish (WeftCoro *c)
       weft_context_remove (c->ctx, c->timer);
       c->timer = 0;
     }
-  if (c->locals != NULL)
-    {
-      for (guint i = 0; i < c->locals->len; i++)
-        {
-          Local *l = &g_array_index (c->locals, Local, i);
-          if (l->destroy != NULL)
-            l->destroy (l->value);
-        }
-      g_array_unref (c->locals);
-      c->locals = NULL;
-    }
+  drop_locals (c);
   if (c->notify != NULL)
     c->notify (c->data);
   weft__coro_stack_put (c->stack);
@@ -247,6 +276,16 @@ finish (WeftCoro *c)
   __tsan_destroy_fiber (c->tsan_fiber);
   c->tsan_fiber = NULL;
 #endif
+  /* The life reference is the only one: nobody can join it (a joiner
+   * holds a reference) or see it again, so it goes without the atomics
+   * below (an acquire load: what other holders did before they dropped
+   * theirs happened before). */
+  if (g_atomic_int_get (&c->ref_count) == 1)
+    {
+      coro_free (c);
+      return;
+    }
+  hold_context (c); /* for weft_coro_get_context() of the other holders */
   /* Joiners wake now (each sees the result or the abandonment). A joiner
    * sets joined before it checks ended under the lock, and both are
    * sequentially consistent: either it sees ended, or we see joined and
@@ -336,11 +375,14 @@ run (WeftCoro *c)
   __sanitizer_finish_switch_fiber (fake, NULL, NULL);
 #endif
   set_current (outer);
-  if (atomic_load (&c->state) == ST_DONE)
+  int st = atomic_load (&c->state);
+  if (st == ST_DONE)
     {
       finish (c);
       return;
     }
+  /* Suspended: it outlives this callback, and needs its context. */
+  hold_context (c);
   if (c->orphan)
     {
       int expected = ST_WAITING;
@@ -369,6 +411,7 @@ resume_job (gpointer data)
   if (!atomic_compare_exchange_strong (&c->out, &expected, FALSE))
     return; /* being abandoned */
   atomic_store (&c->state, ST_RUNNING);
+  c->inline_run = FALSE;
   run (c);
 }
 
@@ -417,7 +460,7 @@ coro_new (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestroyNotif
   WeftCoro *c = weft__coro_object_get (sizeof (WeftCoro));
   memset (c, 0, sizeof *c);
   c->ref_count = 2; /* the caller's, and the life reference */
-  c->ctx = weft_context_ref (ctx);
+  c->ctx = ctx; /* no reference yet: see hold_context() */
   c->func = func;
   c->data = user_data;
   c->notify = notify;
@@ -462,6 +505,7 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
   if (c == NULL)
     return NULL;
+  hold_context (c);
   if (!post_resume (c))
     {
       /* Closed: abandoned already (@notify has run). */
@@ -471,22 +515,50 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   return c;
 }
 
-WeftCoro *
+gboolean
 weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
                        GDestroyNotify notify, gsize stack_size)
 {
   if (weft_context_get_current () != ctx || weft__coro_current () != NULL)
-    return weft_coro_spawn (ctx, func, user_data, notify, stack_size);
+    {
+      WeftCoro *c = weft_coro_spawn (ctx, func, user_data, notify, stack_size);
+      weft_coro_unref (c);
+      return c != NULL;
+    }
   WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
   if (c == NULL)
-    return NULL;
+    return FALSE;
   /* What resume_job does, without the job: we are in a callback of ctx,
-   * so the body is serialised with the context's other callbacks. */
+   * so the body is serialised with the context's other callbacks. No
+   * reference for the caller: the life reference alone, so a coroutine
+   * that ends inside frees itself without an atomic (see finish()). */
+  c->ref_count = 1;
   /* Nobody else knows of it yet: no ordering needed. */
   atomic_store_explicit (&c->out, FALSE, memory_order_relaxed);
   atomic_store_explicit (&c->state, ST_RUNNING, memory_order_relaxed);
+  c->inline_run = TRUE;
   run (c);
-  return c;
+  return TRUE;
+}
+
+gboolean
+weft__coro_renew (WeftCoro *c)
+{
+  /* Resumed by a job: outside the callback that started it. Referenced by
+   * someone else: a joiner would wait past the end of what it ran. */
+  if (!c->inline_run || g_atomic_int_get (&c->ref_count) != 1)
+    return FALSE;
+  /* What it ran leaves nothing for the next: its coroutine-locals go, and
+   * an interrupt it sent itself is forgotten. */
+  drop_locals (c);
+  atomic_store_explicit (&c->interrupt, FALSE, memory_order_relaxed);
+  return TRUE;
+}
+
+void
+weft__coro_set_data (WeftCoro *c, gpointer user_data)
+{
+  c->data = user_data;
 }
 
 /**

@@ -11,6 +11,7 @@
 #include "weft-http-router.h"
 #include "weft-connection-private.h"
 #include "weft-context.h"
+#include "weft-coro.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -138,6 +139,9 @@ struct _HttpConn {
   gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
                                 * dispatch (as a callback handler would) */
+  struct _HttpBatch *batch; /* in on_data, around a bodiless request's
+                             * dispatch: the read being parsed, which its
+                             * coroutine handler may go on with */
   gboolean input_unread;    /* closing after refusing input still on its way:
                              * linger whether or not it has arrived yet */
   gboolean head_refused;    /* the head being parsed (or refused) is a HEAD

@@ -410,25 +410,62 @@ flush_ready_corked (HttpConn *hc)
 
 /* ---- requests in -------------------------------------------------------- */
 
+/* What on_data() is parsing, while it dispatches a bodiless request: a
+ * coroutine handler that answered without waiting goes on with the
+ * requests after it (see batch_next()). */
+typedef struct _HttpBatch {
+  const guint8 *data;
+  gsize len;
+  gsize consumed;            /* advanced by whoever takes a request */
+  gint64 now;
+  WeftHttpHeader *headers;   /* the parser's array, on on_data()'s stack */
+  WeftHttpRequest *handoff;  /* taken by the coroutine, for on_data() to
+                              * dispatch (not a coroutine handler's) */
+} HttpBatch;
+
+static WeftHttpRequest *batch_next (HttpConn *hc, HttpBatch *b);
+
 /* A coroutine handler: runs in the connection's context, may wait. Its
- * data is the request (a reference), its handler the request's route's. */
+ * data is the request (a reference), its handler the request's route's.
+ * While it runs inside on_data() (it has not waited), it goes on with the
+ * next requests of the same read that are for coroutine handlers too,
+ * one after the other on its stack, already hot: a pipelined batch costs
+ * one coroutine and no switch per request. It ends at the first request
+ * it does not take, once its handler has waited (it was resumed by a job,
+ * outside on_data()), or when someone else holds a reference to it. */
 static gpointer
 coro_handler (gpointer data)
 {
   WeftHttpRequest *req = data;
   HttpConn *hc = req->hc;
-  WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
-  func (hc->server, req, weft_http_route_get_data (req->route));
-  req->coro_handler_running = FALSE;
-  if (!atomic_load (&req->responded))
+  WeftCoro *self = weft_coro_self ();
+  for (;;)
     {
-      g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
-              req->method, req->path);
-      weft_http_respond_self (req, 500, FALSE);
+      WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
+      func (hc->server, req, weft_http_route_get_data (req->route));
+      req->coro_handler_running = FALSE;
+      if (!atomic_load (&req->responded))
+        {
+          g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
+                  req->method, req->path);
+          weft_http_respond_self (req, 500, FALSE);
+        }
+      else if (req->stream_body && req->ready && !hc->closed)
+        weft_http_flush_ready (hc); /* what waited for the handler's return */
+      /* Still inside on_data() (which holds hc)? Not after a wait: then hc
+       * may go with the request, and is not touched again. */
+      HttpBatch *b = hc->batch;
+      if (hc->inline_req != req || b == NULL || !weft__coro_renew (self))
+        return NULL; /* the notify drops the request */
+      weft__coro_set_data (self, NULL);
+      weft_http_request_unref (req);
+      req = batch_next (hc, b);
+      if (req == NULL)
+        return NULL;
+      weft__coro_set_data (self, req);
+      req->coro_handler_running = TRUE;
+      hc->inline_req = req;
     }
-  else if (req->stream_body && req->ready && !hc->closed)
-    weft_http_flush_ready (hc); /* what waited for the handler's return */
-  return NULL;
 }
 
 /* The handler's coroutine starts at once, here on the connection's
@@ -443,20 +480,18 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
    * line's reference goes with the flush, the coroutine's at its end. */
   req->coro_handler_running = TRUE;
   hc->inline_req = req;
-  WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
-                                       (GDestroyNotify) weft_http_request_unref,
-                                       hc->server->coro_stack);
+  gboolean started = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
+                                            (GDestroyNotify) weft_http_request_unref,
+                                            hc->server->coro_stack);
   hc->inline_req = NULL;
-  if (c == NULL)
+  if (!started)
     {
       /* No stack, or the context is closing (the notify has run; the
        * pending line still holds the request). */
       req->coro_handler_running = FALSE;
       if (!atomic_load (&req->responded))
         weft_http_respond_self (req, 503, TRUE);
-      return;
     }
-  weft_coro_unref (c);
 }
 
 static void
@@ -729,8 +764,9 @@ cut (WeftHttpRequest *req, const char *buf, gsize head_len, WeftHttpSlice s,
   return p;
 }
 
-/* A complete head at @buf: the request it describes, routed and queued. */
-static WeftHttpRequest *
+/* A complete head at @buf: the request it describes, routed and queued.
+ * Inlined in both callers: on_data()'s loop runs it for every request. */
+static inline __attribute__ ((always_inline)) WeftHttpRequest *
 take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gint64 now)
 {
   WeftHttpRequest *req = weft_http_request_new (hc);
@@ -968,6 +1004,45 @@ only_empty_lines (const guint8 *data, gsize len)
   return TRUE;
 }
 
+/* For a coroutine handler's coroutine, inside on_data(), its handler
+ * done: takes the next request of the read if nothing stops on_data()
+ * there, it is whole and bodiless, and it is for a coroutine handler:
+ * returns it (a reference for the coroutine), counted. Anything else is
+ * left to on_data(), which parses it again: NULL. A request taken but not
+ * for a coroutine handler (a callback handler may need more stack than a
+ * coroutine has) is handed back to on_data() in b->handoff. */
+static WeftHttpRequest *
+batch_next (HttpConn *hc, HttpBatch *b)
+{
+  WeftHttpServer *server = hc->server;
+  /* on_data()'s reasons to stop, or to take more care (the drain). */
+  if (b->consumed >= b->len || hc->closing || hc->closed || hc->reading != NULL ||
+      hc->draining || weft_connection_is_write_blocked (hc->conn) ||
+      hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
+    return NULL;
+  WeftHttpHead head;
+  guint status = 0;
+  const char *at = (const char *) b->data + b->consumed;
+  gssize r = weft_http_parse_request (at, b->len - b->consumed, &server->limits, &head,
+                                      b->headers, MAX_HEADERS, &status);
+  if (r < 0 || head.body != WEFT_HTTP_BODY_NONE)
+    return NULL;
+  stop_timer (hc);
+  WeftHttpRequest *req = take_head (hc, at, (gsize) r, &head, b->now);
+  b->consumed += (gsize) r;
+  if (!req->stream_body)
+    req->body = g_bytes_ref (empty_body ());
+  if (req->route_result != WEFT_HTTP_ROUTE_FOUND || req->stream_body ||
+      !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE) ||
+      !known_method (req->method))
+    {
+      b->handoff = req;
+      return NULL;
+    }
+  atomic_fetch_add_explicit (&server->n_requests, 1, memory_order_relaxed);
+  return weft_http_request_ref (req);
+}
+
 static gsize on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc);
 
 /* Held for the call: a handler's answer, a flush or the drain may close
@@ -1069,7 +1144,25 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * once). Found by fuzz-http-connection. */
           if (!req->stream_body)
             req->body = g_bytes_ref (empty_body ());
+          if (req->route == NULL ||
+              !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE))
+            {
+              dispatch (hc, req);
+              continue;
+            }
+          /* Its coroutine handler may take the requests after it (and
+           * hand back one that is not for it). */
+          HttpBatch batch = { data, len, consumed, now, headers, NULL };
+          hc->batch = &batch;
           dispatch (hc, req);
+          while (batch.handoff != NULL)
+            {
+              req = batch.handoff;
+              batch.handoff = NULL;
+              dispatch (hc, req);
+            }
+          hc->batch = NULL;
+          consumed = batch.consumed;
           continue;
         }
       start_body (hc, req, &head);

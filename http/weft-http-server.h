@@ -62,11 +62,16 @@ typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *reques
  *   weft_http_request_read_body(), or answers without reading it (for
  *   example 413 or 417 to an `Expect: 100-continue` request, which then
  *   gets no 100; the connection closes after such an answer)
- * @WEFT_HTTP_HANDLER_COROUTINE: the handler runs as a coroutine
- *   (weft_coro_spawn()) in the connection's context, so it may wait
- *   (weft_coro_sleep(), weft_coro_read() on a backend socket, a channel,
- *   ...) before answering, written top to bottom; a request it leaves
- *   unanswered when it returns gets 500. With
+ * @WEFT_HTTP_HANDLER_COROUTINE: the handler runs as a coroutine in the
+ *   connection's context, so it may wait (weft_coro_sleep(),
+ *   weft_coro_read() on a backend socket, a channel, ...) before
+ *   answering, written top to bottom; a request it leaves unanswered when
+ *   it returns gets 500. The coroutine starts at once, inside the
+ *   connection's callback; one whose handler returned without waiting
+ *   may serve the next pipelined requests of the same read for coroutine
+ *   handlers too (weft_coro_self() is then the same for them), each
+ *   starting without coroutine-locals or a pending interrupt, unless
+ *   someone else holds a reference to it. With
  *   %WEFT_HTTP_HANDLER_STREAM_BODY the body's pieces arrive as callbacks
  *   of the same context, so the coroutine can wait for them (for example
  *   on a #WeftCoroCond with a %NULL mutex); an answer given before asking

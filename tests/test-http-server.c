@@ -138,6 +138,50 @@ coro_forgets (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_da
   weft_coro_yield ();
 }
 
+/* A coroutine handler that answers "n=<n>" at once. It checks that it
+ * starts clean (no coroutine-local left by an earlier request: pipelined
+ * requests may share one coroutine) and leaves a local behind. */
+static int coro_local_key;
+static atomic_int coro_locals_seen;  /* a handler found an earlier local */
+static atomic_int coro_locals_freed;
+
+static void
+coro_local_free (gpointer data)
+{
+  atomic_fetch_add (&coro_locals_freed, 1);
+}
+
+static void
+coro_n (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  if (weft_coro_get_local (&coro_local_key) != NULL)
+    atomic_fetch_add (&coro_locals_seen, 1);
+  weft_coro_set_local (&coro_local_key, request, coro_local_free);
+  gchar *text = g_strdup_printf ("n=%s;", weft_http_request_get_param (request, "n"));
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
+  g_free (text);
+}
+
+/* A coroutine handler that waits for a minute (the tests stop the server
+ * first), with a coroutine-local whose destructor tells it was freed. */
+static atomic_int coro_hang_started;
+static atomic_int coro_hang_freed;
+
+static void
+coro_hang_free (gpointer data)
+{
+  atomic_fetch_add (&coro_hang_freed, 1);
+}
+
+static void
+coro_hang (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_coro_set_local (&coro_local_key, request, coro_hang_free);
+  atomic_store (&coro_hang_started, 1);
+  weft_coro_sleep (60 * 1000);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "late", 4);
+}
+
 typedef void (*Configure) (WeftHttpServer *server);
 
 static void
@@ -155,6 +199,10 @@ srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure con
                                      coro_stream_body, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "GET", "/coro-forgets",
                                      WEFT_HTTP_HANDLER_COROUTINE, coro_forgets, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "GET", "/coro-n/{n}", WEFT_HTTP_HANDLER_COROUTINE,
+                                     coro_n, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "GET", "/coro-hang", WEFT_HTTP_HANDLER_COROUTINE,
+                                     coro_hang, NULL, NULL);
   if (configure != NULL)
     configure (s->server);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
@@ -1195,6 +1243,106 @@ test_coroutine_stream_body (void)
   srv_stop (&s);
 }
 
+/* Checks that @got holds the answers "n=<first>;" ... "n=<last>;" in
+ * that order, with @between (if not NULL) once between @after and
+ * @after + 1. */
+static void
+assert_n_in_order (const char *got, guint first, guint last, guint after, const char *between)
+{
+  const char *at = got;
+  for (guint i = first; i <= last; i++)
+    {
+      gchar *want = g_strdup_printf ("\r\n\r\nn=%u;", i);
+      const char *p = strstr (at, want);
+      if (p == NULL)
+        g_error ("answer %s missing or out of order in:\n%s", want + 4, got);
+      at = p + strlen (want);
+      g_free (want);
+      if (between != NULL && i == after)
+        {
+          p = strstr (at, between);
+          const char *next = strstr (at, "n=");
+          if (p == NULL || (next != NULL && next < p))
+            g_error ("%s not right after n=%u in:\n%s", between, after, got);
+          at = p + strlen (between);
+        }
+    }
+}
+
+/* Pipelined requests to coroutine handlers that answer at once (the
+ * server may run them one after the other in one coroutine): every
+ * answer comes, in order, and no handler sees a coroutine-local left by
+ * the request before it. */
+static void
+test_coroutine_pipelined_in_order (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  atomic_store (&coro_locals_seen, 0);
+  atomic_store (&coro_locals_freed, 0);
+  GString *req = g_string_new (NULL);
+  for (guint i = 1; i <= 40; i++)
+    g_string_append_printf (req, "GET /coro-n/%u HTTP/1.1\r\nHost: a\r\n%s\r\n", i,
+                            i == 40 ? "Connection: close\r\n" : "");
+  gchar *got = exchange_to_close (s.port, req->str);
+  assert_n_in_order (got, 1, 40, 0, NULL);
+  WT_WAIT_UNTIL (atomic_load (&coro_locals_freed) == 40);
+  g_assert_cmpint (atomic_load (&coro_locals_freed), ==, 40);
+  g_assert_cmpint (atomic_load (&coro_locals_seen), ==, 0);
+  g_free (got);
+  g_string_free (req, TRUE);
+  srv_stop (&s);
+}
+
+/* A coroutine handler that waits while the requests after it are
+ * dispatched (to coroutine and callback handlers): its answer still comes
+ * in its turn. */
+static void
+test_coroutine_waits_while_queued (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  gchar *got = exchange_to_close (s.port, "GET /coro-n/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-n/2 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-wait HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-n/3 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-n/4 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /coro-n/5 HTTP/1.1\r\nHost: a\r\n"
+                                          "Connection: close\r\n\r\n");
+  assert_n_in_order (got, 1, 5, 2, "\r\n\r\nwaited 1");
+  const char *three = strstr (got, "n=3;");
+  const char *hello = strstr (got, "Hello, World!");
+  const char *four = strstr (got, "n=4;");
+  if (hello == NULL || !(three < hello && hello < four))
+    g_error ("the callback handler's answer is out of order:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
+/* The server stops while a coroutine handler waits, after a request
+ * before it on the same connection was answered (so it may wait in a
+ * coroutine that served that one too): the coroutine is freed with the
+ * connection's context, its coroutine-local destroyed once, and nothing
+ * leaks (ASan). */
+static void
+test_coroutine_reused_suspended_at_stop (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  atomic_store (&coro_hang_started, 0);
+  atomic_store (&coro_hang_freed, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /coro-n/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /coro-hang HTTP/1.1\r\nHost: a\r\n\r\n");
+  WT_WAIT_UNTIL (atomic_load (&coro_hang_started) == 1);
+  g_assert_cmpint (atomic_load (&coro_hang_started), ==, 1);
+  srv_stop (&s);
+  WT_WAIT_UNTIL (atomic_load (&coro_hang_freed) == 1);
+  g_assert_cmpint (atomic_load (&coro_hang_freed), ==, 1);
+  close (fd);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1226,6 +1374,12 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
   g_test_add_func ("/http-server/coroutine-stream-body", test_coroutine_stream_body);
+  g_test_add_func ("/http-server/coroutine-pipelined-in-order",
+                   test_coroutine_pipelined_in_order);
+  g_test_add_func ("/http-server/coroutine-waits-while-queued",
+                   test_coroutine_waits_while_queued);
+  g_test_add_func ("/http-server/coroutine-reused-suspended-at-stop",
+                   test_coroutine_reused_suspended_at_stop);
   g_test_add_func ("/http-server/answers-to-closed-peer", test_answers_to_closed_peer);
   g_test_add_func ("/http-server/refused-body-answer-readable",
                    test_refused_body_answer_readable);

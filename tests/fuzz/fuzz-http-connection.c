@@ -252,6 +252,14 @@ coro_yield (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
   respond_text (req, 200, "yielded\n");
 }
 
+/* A coroutine handler that answers at once: its coroutine goes on with
+ * the next coroutine requests of the same read. */
+static void
+coro_now (WeftHttpServer *server, WeftHttpRequest *req, gpointer data)
+{
+  respond_text (req, 200, "now\n");
+}
+
 /* A coroutine handler of a streamed body: waits for the pieces on a
  * condition. Its state is shared with the body reader and freed by the
  * last of the two: a connection that dies under it runs the reader's
@@ -341,6 +349,8 @@ setup (void)
   weft_http_server_add_handler_full (s, "PUT", "/duplex", WEFT_HTTP_HANDLER_STREAM_BODY, duplex,
                                      NULL, NULL);
   weft_http_server_add_handler_full (s, "GET", "/coro", WEFT_HTTP_HANDLER_COROUTINE, coro_yield,
+                                     NULL, NULL);
+  weft_http_server_add_handler_full (s, "GET", "/coro-now", WEFT_HTTP_HANDLER_COROUTINE, coro_now,
                                      NULL, NULL);
   weft_http_server_add_handler_full (s, "POST", "/coro-body",
                                      WEFT_HTTP_HANDLER_COROUTINE | WEFT_HTTP_HANDLER_STREAM_BODY,
