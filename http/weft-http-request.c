@@ -444,6 +444,8 @@ weft_http_request_unref (WeftHttpRequest *self)
   g_free (self->headers); /* with the head's bytes */
   if (self->body != NULL)
     g_bytes_unref (self->body);
+  if (self->in_body != NULL)
+    g_byte_array_unref (self->in_body); /* cut off while it arrived */
   if (self->extra != NULL)
     g_string_free (self->extra, TRUE);
   if (self->allow != NULL)
@@ -1044,7 +1046,7 @@ read_body_job (gpointer data)
     }
   /* The client waits for this before sending the body; say it only if
    * nothing of the body came yet and no earlier answer is still due. */
-  if (req->expect_continue && hc->body_bytes == 0 && weft_http_pending_peek (hc) == req &&
+  if (req->expect_continue && req->in_bytes == 0 && weft_http_pending_peek (hc) == req &&
       !atomic_load (&req->responded))
     {
       static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";

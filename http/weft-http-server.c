@@ -105,8 +105,6 @@ weft_http_conn_unref (HttpConn *hc)
   if (!g_atomic_int_dec_and_test (&hc->ref_count))
     return;
   g_assert ((hc->n_pending == 0));
-  if (hc->body != NULL)
-    g_byte_array_unref (hc->body);
   g_free (hc->peer);
   weft_connection_unref (hc->conn);
   weft_http_server_unref (hc->server);
@@ -157,11 +155,7 @@ drop_cut_off (HttpConn *hc)
   hc->n_pending--;
   hc->reading = NULL;
   hc->body_paused = FALSE;
-  if (hc->body != NULL)
-    {
-      g_byte_array_unref (hc->body);
-      hc->body = NULL;
-    }
+  g_clear_pointer (&req->in_body, g_byte_array_unref);
   atomic_store (&req->finish_called, TRUE);
   req->stream_done = TRUE;
   req->producer_on = FALSE;
@@ -558,21 +552,27 @@ static gboolean
 body_check (gpointer data)
 {
   HttpConn *hc = data;
+  WeftHttpRequest *req = hc->reading; /* armed for it, stopped when it ends */
   const guint64 *limit = hc->server->limit;
   gint64 now = g_get_monotonic_time ();
+  if (req == NULL)
+    {
+      hc->timer = 0;
+      return G_SOURCE_REMOVE;
+    }
   if (hc->body_paused)
     {
-      hc->body_last_us = now;
+      req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }
   gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
-                  now - hc->body_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
-  gint64 elapsed = now - hc->body_start_us;
+                  now - req->in_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
+  gint64 elapsed = now - req->in_start_us;
   gint64 grace = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0
                      ? (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000
                      : BODY_RATE_GRACE_US;
   gboolean slow = limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0 && elapsed >= grace &&
-                  (double) hc->body_bytes * G_USEC_PER_SEC / (double) elapsed <
+                  (double) req->in_bytes * G_USEC_PER_SEC / (double) elapsed <
                       (double) limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE];
   if (!idle && !slow)
     return G_SOURCE_CONTINUE;
@@ -752,19 +752,19 @@ static gssize
 take_body (HttpConn *hc, const guint8 *data, gsize len)
 {
   WeftHttpRequest *req = hc->reading;
-  hc->body_last_us = g_get_monotonic_time ();
-  if (!hc->chunked)
+  req->in_last_us = g_get_monotonic_time ();
+  if (!req->in_chunked)
     {
-      gsize n = (gsize) MIN ((guint64) len, hc->body_left);
-      hc->body_left -= n;
-      hc->body_bytes += n;
+      gsize n = (gsize) MIN ((guint64) len, req->in_left);
+      req->in_left -= n;
+      req->in_bytes += n;
       if (req->stream_body)
         {
           if (n > 0)
             weft_http_body_deliver (req, data, n, FALSE);
         }
       else
-        g_byte_array_append (hc->body, data, (guint) n);
+        g_byte_array_append (req->in_body, data, (guint) n);
       return (gssize) n;
     }
   gsize used_total = 0;
@@ -774,7 +774,7 @@ take_body (HttpConn *hc, const guint8 *data, gsize len)
       gsize piece_len;
       gboolean done;
       guint status;
-      gssize used = weft_http_chunked_decode (&hc->dec, (const char *) data + used_total,
+      gssize used = weft_http_chunked_decode (&req->in_dec, (const char *) data + used_total,
                                               len - used_total, &piece, &piece_len, &done,
                                               &status);
       if (used == WEFT_HTTP_ERROR)
@@ -784,24 +784,24 @@ take_body (HttpConn *hc, const guint8 *data, gsize len)
         }
       if (piece_len > 0)
         {
-          hc->body_bytes += piece_len;
+          req->in_bytes += piece_len;
           if (req->stream_body)
             weft_http_body_deliver (req, (const guint8 *) piece, piece_len, FALSE);
           else
-            g_byte_array_append (hc->body, (const guint8 *) piece, (guint) piece_len);
+            g_byte_array_append (req->in_body, (const guint8 *) piece, (guint) piece_len);
           if (hc->closed || hc->reading != req)
             return -1; /* the reader closed or failed the request */
         }
       used_total += (gsize) used;
       if (done)
         {
-          hc->body_left = 0;
-          hc->chunked = FALSE;
+          req->in_left = 0;
+          req->in_chunked = FALSE;
           return (gssize) used_total;
         }
       if (used == 0)
         {
-          hc->body_left = 1; /* more to come */
+          req->in_left = 1; /* more to come */
           return (gssize) used_total;
         }
     }
@@ -820,8 +820,8 @@ body_complete (HttpConn *hc)
         weft_http_flush_ready (hc);
       return;
     }
-  req->body = g_byte_array_free_to_bytes (hc->body);
-  hc->body = NULL;
+  req->body = g_byte_array_free_to_bytes (req->in_body);
+  req->in_body = NULL;
   if (atomic_load (&req->responded))
     {
       /* Answered before its body ended (refused early): it may go now. */
@@ -839,7 +839,8 @@ weft_http_resume_body (HttpConn *hc)
     return;
   hc->body_paused = FALSE;
   /* Only a body not begun is paused: its clock starts now. */
-  hc->body_start_us = hc->body_last_us = g_get_monotonic_time ();
+  if (hc->reading != NULL)
+    hc->reading->in_start_us = hc->reading->in_last_us = g_get_monotonic_time ();
   weft_connection_start_reading (hc->conn, on_data, hc, NULL);
 }
 
@@ -848,19 +849,19 @@ start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
 {
   const guint64 *limit = hc->server->limit;
   hc->reading = req;
-  hc->chunked = head->body == WEFT_HTTP_BODY_CHUNKED;
-  hc->body_bytes = 0;
-  hc->body_start_us = hc->body_last_us = req->start_us;
-  if (hc->chunked)
+  req->in_chunked = head->body == WEFT_HTTP_BODY_CHUNKED;
+  req->in_bytes = 0;
+  req->in_start_us = req->in_last_us = req->start_us;
+  if (req->in_chunked)
     {
-      weft_http_chunked_init (&hc->dec, limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES]);
-      hc->body_left = 1;
+      weft_http_chunked_init (&req->in_dec, limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES]);
+      req->in_left = 1;
     }
   else
-    hc->body_left = head->content_length;
+    req->in_left = head->content_length;
   if (!req->stream_body)
-    hc->body = g_byte_array_sized_new ((guint) MIN (hc->chunked ? 0 : head->content_length,
-                                                   65536));
+    req->in_body = g_byte_array_sized_new (
+        (guint) MIN (req->in_chunked ? 0 : head->content_length, 65536));
   if (limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 || limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0)
     hc->timer = weft_context_add_timeout (hc->ctx, BODY_CHECK_MS, body_check, hc, NULL);
 }
@@ -961,7 +962,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           consumed += (gsize) n;
           if (hc->closed || hc->reading != req)
             return len;
-          if (hc->body_left > 0)
+          if (req->in_left > 0)
             break; /* wait for more */
           body_complete (hc);
           continue;

@@ -82,10 +82,48 @@ typedef struct {
   GDestroyNotify notify;
 } ReadCb;
 
+/* What few connections use, allocated on first use (ext_get()) and kept
+ * until the connection is freed: an idle plain connection with the default
+ * limits has none, which keeps its memory small (an HTTP server holds
+ * thousands of them). */
+typedef struct {
+  /* read side */
+  gsize want;                 /* READ_EXACTLY: bytes; READ_UNTIL: max length */
+  guint8 *delim;
+  gsize delim_len;
+  gsize max_read_buffer;
+  gsize high_water;
+  gsize low_water;
+
+  /* the idle timeout and a lingering close */
+  guint idle_ms;
+  guint idle_id;
+  gint64 last_activity;
+  guint linger_id;
+  guint linger_ms;            /* lingering: how long to discard input */
+  guint64 discard_left;       /* lingering: how much input to discard */
+
+  /* TLS */
+  WeftTlsConfig *tls_config;
+  guint handshake_id;         /* the handshake timeout */
+  WeftConnectFunc tls_done;
+  gpointer tls_done_data;
+  GDestroyNotify tls_done_notify;
+  gchar *alpn;
+  gchar *server_name;
+
+  /* Coroutine I/O (weft-connection-coro.c): told of every event before the
+   * application, and of the peer's end even when the application has no
+   * event callback. (owned) by the connection, freed with it. */
+  WeftConnectionWaitHook wait_hook;
+  gpointer wait_hook_data;
+  GDestroyNotify wait_hook_free;
+} ConnExt;
+
 struct _WeftConnection {
   gint ref_count;
-  WeftContext *ctx;
   int fd;
+  WeftContext *ctx;
   guint fd_id;
   GIOCondition interest;      /* what the fd source waits for now */
 
@@ -117,62 +155,32 @@ struct _WeftConnection {
   guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
                                * short read is no proof of a drained socket,
                                * read on to end of file */
-
-  /* read side */
+  guint sent_since_check : 1; /* the peer took output since the last write check */
+  guint stalled_checks : 2;   /* write checks in a row that saw no progress */
   ReadMode mode;
+
   ReadCb reader;
-  gsize want;                 /* READ_EXACTLY: bytes; READ_UNTIL: max length */
-  guint8 *delim;
-  gsize delim_len;
   guint8 *rbuf;               /* unconsumed bytes; NULL when none */
   gsize rlen;
   gsize rcap;
-  gsize max_read_buffer;
 
   /* write side */
   Chunk *wq_head;
   Chunk *wq_tail;
   gsize wq_bytes;
-  gsize high_water;
-  gsize low_water;
 
-  /* events */
   WeftConnectionEventFunc event_func;
   gpointer event_data;
   GDestroyNotify event_notify;
 
-  /* timeouts */
-  guint idle_ms;
-  guint write_ms;
-  guint idle_id;
+  guint write_ms;             /* the write timeout */
   guint write_id;
-  guint linger_id;
-  guint linger_ms;            /* lingering: how long to discard input */
-  guint64 discard_left;       /* lingering: how much input to discard */
-  gint64 last_activity;
-  guint64 sent_total;       /* bytes the peer took: write-timeout progress */
-  guint64 sent_at_check;
-  guint stalled_checks;
-
-  /* TLS */
   WeftTlsSession *tls;
-  WeftTlsConfig *tls_config;
-  guint handshake_id;         /* the handshake timeout */
-  WeftConnectFunc tls_done;
-  gpointer tls_done_data;
-  GDestroyNotify tls_done_notify;
-  gchar *alpn;
-  gchar *server_name;
 
   WeftConnectionCloseHook close_hook;
   gpointer close_hook_data;
 
-  /* Coroutine I/O (weft-connection-coro.c): told of every event before the
-   * application, and of the peer's end even when the application has no
-   * event callback. (owned) by the connection, freed with it. */
-  WeftConnectionWaitHook wait_hook;
-  gpointer wait_hook_data;
-  GDestroyNotify wait_hook_free;
+  ConnExt *ext;               /* (nullable) (owned) */
 };
 
 static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
@@ -196,6 +204,37 @@ on_own_context (WeftConnection *self)
 {
   WeftContext *current = weft_context_get_current ();
   return current == NULL || current == self->ctx;
+}
+
+static ConnExt *
+ext_get (WeftConnection *self)
+{
+  if (G_UNLIKELY (self->ext == NULL))
+    {
+      self->ext = g_new0 (ConnExt, 1);
+      self->ext->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
+      self->ext->high_water = DEFAULT_HIGH_WATER;
+      self->ext->low_water = DEFAULT_LOW_WATER;
+    }
+  return self->ext;
+}
+
+static inline gsize
+max_read_buffer (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->max_read_buffer : DEFAULT_MAX_READ_BUFFER;
+}
+
+static inline gsize
+high_water (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->high_water : DEFAULT_HIGH_WATER;
+}
+
+static inline gsize
+low_water (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->low_water : DEFAULT_LOW_WATER;
 }
 
 /* One per thread, freed when the thread exits (GPrivate's notify); the
@@ -225,8 +264,8 @@ can_do_io (WeftConnection *self)
 static void
 emit (WeftConnection *self, WeftConnectionEvent event, const GError *error)
 {
-  if (self->wait_hook != NULL)
-    self->wait_hook (self, event, error, self->wait_hook_data);
+  if (self->ext != NULL && self->ext->wait_hook != NULL)
+    self->ext->wait_hook (self, event, error, self->ext->wait_hook_data);
   if (self->event_func != NULL)
     self->event_func (self, event, error, self->event_data);
 }
@@ -237,7 +276,8 @@ clear_reader (WeftConnection *self)
   ReadCb old = self->reader;
   self->mode = READ_NONE;
   memset (&self->reader, 0, sizeof self->reader);
-  g_clear_pointer (&self->delim, g_free);
+  if (self->ext != NULL)
+    g_clear_pointer (&self->ext->delim, g_free);
   if (old.notify != NULL)
     old.notify (old.data);
 }
@@ -269,8 +309,8 @@ drop_queue (WeftConnection *self)
 static void
 touch (WeftConnection *self)
 {
-  if (self->idle_ms != 0)
-    self->last_activity = g_get_monotonic_time ();
+  if (self->ext != NULL && self->ext->idle_ms != 0)
+    self->ext->last_activity = g_get_monotonic_time ();
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -302,9 +342,6 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
   self->ref_count = 1;
   self->ctx = weft_context_ref (ctx);
   self->fd = fd;
-  self->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
-  self->high_water = DEFAULT_HIGH_WATER;
-  self->low_water = DEFAULT_LOW_WATER;
   self->drained = TRUE; /* registering reports bytes already there */
 
   /* The source holds a reference until the socket is closed. Until a
@@ -397,15 +434,20 @@ weft_connection_unref (WeftConnection *self)
   g_assert (self->closed);
   drop_queue (self);
   g_free (self->rbuf);
-  g_free (self->delim);
-  g_free (self->alpn);
-  g_free (self->server_name);
-  if (self->wait_hook_free != NULL)
-    self->wait_hook_free (self->wait_hook_data);
+  ConnExt *ext = self->ext;
+  if (ext != NULL)
+    {
+      g_free (ext->delim);
+      g_free (ext->alpn);
+      g_free (ext->server_name);
+      if (ext->wait_hook_free != NULL)
+        ext->wait_hook_free (ext->wait_hook_data);
+      if (ext->tls_config != NULL)
+        weft_tls_config_unref (ext->tls_config);
+      g_free (ext);
+    }
   if (self->tls != NULL)
     weft__tls_session_free (self->tls);
-  if (self->tls_config != NULL)
-    weft_tls_config_unref (self->tls_config);
   weft_context_unref (self->ctx);
   g_free (self);
 }
@@ -456,23 +498,25 @@ weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook h
 gboolean
 weft__connection_has_callbacks (WeftConnection *self)
 {
-  return self->mode != READ_NONE || self->event_func != NULL || self->wait_hook != NULL;
+  return self->mode != READ_NONE || self->event_func != NULL ||
+         (self->ext != NULL && self->ext->wait_hook != NULL);
 }
 
 gpointer
 weft__connection_get_wait_hook_data (WeftConnection *self)
 {
-  return self->wait_hook_data;
+  return self->ext != NULL ? self->ext->wait_hook_data : NULL;
 }
 
 void
 weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHook hook,
                                 gpointer data, GDestroyNotify data_free)
 {
-  g_assert (self->wait_hook == NULL);
-  self->wait_hook = hook;
-  self->wait_hook_data = data;
-  self->wait_hook_free = data_free;
+  ConnExt *ext = ext_get (self);
+  g_assert (ext->wait_hook == NULL);
+  ext->wait_hook = hook;
+  ext->wait_hook_data = data;
+  ext->wait_hook_free = data_free;
 }
 
 void
@@ -654,10 +698,10 @@ weft_connection_read_exactly (WeftConnection *self, gsize n, WeftConnectionReadF
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (func != NULL);
-  g_return_if_fail (n > 0 && n <= self->max_read_buffer);
+  g_return_if_fail (n > 0 && n <= max_read_buffer (self));
   g_return_if_fail (on_own_context (self));
   set_reader (self, READ_EXACTLY, func, user_data, notify);
-  self->want = n;
+  ext_get (self)->want = n;
   reader_installed (self);
 }
 
@@ -689,9 +733,10 @@ weft_connection_read_until (WeftConnection *self, const guint8 *delimiter, gsize
   set_reader (self, READ_UNTIL, func, user_data, notify);
   if (self->mode != READ_UNTIL)
     return; /* closed */
-  self->delim = g_memdup2 (delimiter, delimiter_len);
-  self->delim_len = delimiter_len;
-  self->want = max_len == 0 || max_len > self->max_read_buffer ? self->max_read_buffer : max_len;
+  ConnExt *ext = ext_get (self);
+  ext->delim = g_memdup2 (delimiter, delimiter_len);
+  ext->delim_len = delimiter_len;
+  ext->want = max_len == 0 || max_len > ext->max_read_buffer ? ext->max_read_buffer : max_len;
   reader_installed (self);
 }
 
@@ -731,7 +776,7 @@ weft_connection_set_max_read_buffer (WeftConnection *self, gsize max_bytes)
   g_return_if_fail (self != NULL);
   g_return_if_fail (max_bytes > 0);
   g_return_if_fail (on_own_context (self));
-  self->max_read_buffer = max_bytes;
+  ext_get (self)->max_read_buffer = max_bytes;
 }
 
 static void
@@ -758,10 +803,10 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
             break;
           }
         case READ_EXACTLY:
-          if (len >= self->want)
+          if (len >= self->ext->want)
             {
               ReadCb cb = self->reader;
-              used = self->want;
+              used = self->ext->want;
               /* Clear first: the callback may install the next reader. */
               self->mode = READ_NONE;
               memset (&self->reader, 0, sizeof self->reader);
@@ -772,20 +817,20 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
           break;
         case READ_UNTIL:
           {
-            const guint8 *hit = memmem (data, MIN (len, self->want), self->delim,
-                                        self->delim_len);
+            ConnExt *ext = self->ext; /* READ_UNTIL made it */
+            const guint8 *hit = memmem (data, MIN (len, ext->want), ext->delim, ext->delim_len);
             if (hit != NULL)
               {
                 ReadCb cb = self->reader;
-                used = (gsize) (hit - data) + self->delim_len;
+                used = (gsize) (hit - data) + ext->delim_len;
                 self->mode = READ_NONE;
                 memset (&self->reader, 0, sizeof self->reader);
-                g_clear_pointer (&self->delim, g_free);
+                g_clear_pointer (&ext->delim, g_free);
                 cb.func (self, data, used, cb.data);
                 if (cb.notify != NULL)
                   cb.notify (cb.data);
               }
-            else if (len >= self->want)
+            else if (len >= ext->want)
               {
                 fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
                               "the delimiter did not arrive within the length limit");
@@ -811,7 +856,7 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
    * have left bytes kept from before (it ran with them), so rbuf is empty
    * here. */
   g_assert (self->rbuf == NULL);
-  if (len > self->max_read_buffer)
+  if (len > max_read_buffer (self))
     {
       g_free (owned);
       fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
@@ -851,7 +896,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
 
   if (owned)
     {
-      gsize limit = self->max_read_buffer;
+      gsize limit = max_read_buffer (self);
       if (self->rlen >= limit)
         return -ENOBUFS;
       if (self->rcap - self->rlen < 4096 && self->rcap < limit)
@@ -865,7 +910,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
   else
     {
       buf = scratch_buffer ();
-      room = MIN ((gsize) SCRATCH_SIZE, self->max_read_buffer);
+      room = MIN ((gsize) SCRATCH_SIZE, max_read_buffer (self));
     }
 
   gssize n;
@@ -928,7 +973,7 @@ handle_peer_closed (WeftConnection *self)
   self->peer_closed = TRUE;
   /* A coroutine driving the connection reads what is kept, then learns of
    * the end itself: no automatic close under it. */
-  if (self->event_func != NULL || self->wait_hook != NULL)
+  if (self->event_func != NULL || (self->ext != NULL && self->ext->wait_hook != NULL))
     emit (self, WEFT_CONNECTION_EVENT_PEER_CLOSED, NULL);
   else
     weft_connection_close (self);
@@ -989,7 +1034,7 @@ do_reads (WeftConnection *self)
 static void
 check_high_water (WeftConnection *self)
 {
-  if (!self->above_high && self->wq_bytes > self->high_water)
+  if (!self->above_high && self->wq_bytes > high_water (self))
     {
       self->above_high = TRUE;
       self->read_paused = TRUE;
@@ -1219,8 +1264,9 @@ weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize lo
   g_return_if_fail (self != NULL);
   g_return_if_fail (low <= high);
   g_return_if_fail (on_own_context (self));
-  self->high_water = high;
-  self->low_water = low;
+  ConnExt *ext = ext_get (self);
+  ext->high_water = high;
+  ext->low_water = low;
   check_high_water (self);
 }
 
@@ -1269,7 +1315,7 @@ flush_plain (WeftConnection *self)
               c->file.pos += (guint64) n;
               c->len -= (gsize) n;
               self->wq_bytes -= (gsize) n;
-              self->sent_total += (guint64) n;
+              self->sent_since_check = TRUE;
               if (c->len == 0)
                 {
                   self->wq_head = c->next;
@@ -1304,7 +1350,7 @@ flush_plain (WeftConnection *self)
             {
               gsize left = (gsize) n;
               self->wq_bytes -= left;
-              self->sent_total += left;
+              self->sent_since_check = TRUE;
               while (left > 0)
                 {
                   Chunk *h = self->wq_head;
@@ -1378,7 +1424,7 @@ flush_tls (WeftConnection *self)
           return FALSE;
         }
       self->wq_bytes -= (gsize) n;
-      self->sent_total += (guint64) n;
+      self->sent_since_check = TRUE;
       gboolean done;
       if (c->kind == CHUNK_FILE)
         {
@@ -1424,7 +1470,7 @@ flush (WeftConnection *self)
     return;
   if (self->wq_bytes < before)
     touch (self);
-  if (self->above_high && self->wq_bytes <= self->low_water)
+  if (self->above_high && self->wq_bytes <= low_water (self))
     {
       self->above_high = FALSE;
       self->read_paused = FALSE;
@@ -1434,8 +1480,9 @@ flush (WeftConnection *self)
         {
           /* Nobody may write more, but a coroutine waiting for room in
            * weft_connection_coro_write() must learn that it is there. */
-          if (self->wait_hook != NULL)
-            self->wait_hook (self, WEFT_CONNECTION_EVENT_DRAINED, NULL, self->wait_hook_data);
+          if (self->ext != NULL && self->ext->wait_hook != NULL)
+            self->ext->wait_hook (self, WEFT_CONNECTION_EVENT_DRAINED, NULL,
+                                  self->ext->wait_hook_data);
         }
       else if (self->in_write_call)
         {
@@ -1618,9 +1665,11 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
 static void
 remove_timeouts (WeftConnection *self)
 {
-  guint *ids[] = { &self->idle_id, &self->write_id, &self->linger_id, &self->handshake_id };
+  ConnExt *ext = self->ext;
+  guint *ids[] = { &self->write_id, ext ? &ext->idle_id : NULL, ext ? &ext->linger_id : NULL,
+                   ext ? &ext->handshake_id : NULL };
   for (guint i = 0; i < G_N_ELEMENTS (ids); i++)
-    if (*ids[i] != 0)
+    if (ids[i] != NULL && *ids[i] != 0)
       {
         weft_context_remove (self->ctx, *ids[i]);
         *ids[i] = 0;
@@ -1654,17 +1703,18 @@ finish_close (WeftConnection *self, gboolean abortive)
   if (self->mode != READ_NONE)
     clear_reader (self);
 
-  if (self->tls_done != NULL)
+  if (self->ext != NULL && self->ext->tls_done != NULL)
     {
       /* Closed during the handshake. */
-      WeftConnectFunc done = self->tls_done;
-      self->tls_done = NULL;
+      ConnExt *ext = self->ext;
+      WeftConnectFunc done = ext->tls_done;
+      ext->tls_done = NULL;
       GError *error = g_error_new_literal (G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
                                            "closed during the TLS handshake");
-      done (NULL, error, self->tls_done_data);
+      done (NULL, error, ext->tls_done_data);
       g_error_free (error);
-      if (self->tls_done_notify != NULL)
-        self->tls_done_notify (self->tls_done_data);
+      if (ext->tls_done_notify != NULL)
+        ext->tls_done_notify (ext->tls_done_data);
     }
 
   emit (self, WEFT_CONNECTION_EVENT_CLOSED, NULL);
@@ -1701,7 +1751,7 @@ static gboolean
 linger_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->linger_id = 0;
+  self->ext->linger_id = 0;
   fail_literal (self, G_IO_ERROR_TIMED_OUT, "the peer did not take the output in time");
   return G_SOURCE_REMOVE;
 }
@@ -1719,13 +1769,13 @@ discard_input (WeftConnection *self)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-      if (n <= 0 || (guint64) n > self->discard_left)
+      if (n <= 0 || (guint64) n > self->ext->discard_left)
         {
           /* The peer's end (or its reset), or more than we will take. */
           finish_close (self, n > 0);
           return;
         }
-      self->discard_left -= (guint64) n;
+      self->ext->discard_left -= (guint64) n;
     }
 }
 
@@ -1733,7 +1783,7 @@ static gboolean
 discard_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->linger_id = 0;
+  self->ext->linger_id = 0;
   finish_close (self, FALSE);
   return G_SOURCE_REMOVE;
 }
@@ -1757,15 +1807,16 @@ close_flushed (WeftConnection *self)
    * side instead, so the answer and an end of file go out, and drop input
    * until the peer closes too. */
   self->discarding = TRUE;
-  if (self->idle_id != 0) /* the linger timer bounds it now */
+  ConnExt *ext = self->ext; /* made by weft__connection_close_lingering() */
+  if (ext->idle_id != 0) /* the linger timer bounds it now */
     {
-      weft_context_remove (self->ctx, self->idle_id);
-      self->idle_id = 0;
+      weft_context_remove (self->ctx, ext->idle_id);
+      ext->idle_id = 0;
     }
-  if (self->linger_id != 0)
-    weft_context_remove (self->ctx, self->linger_id);
-  self->linger_id = weft_context_add_timeout (self->ctx, self->linger_ms, discard_expired, self,
-                                              NULL);
+  if (ext->linger_id != 0)
+    weft_context_remove (self->ctx, ext->linger_id);
+  ext->linger_id = weft_context_add_timeout (self->ctx, ext->linger_ms, discard_expired, self,
+                                             NULL);
   if (self->tls != NULL && !self->write_shut_done)
     weft__tls_shutdown (self->tls);
   shutdown (self->fd, SHUT_WR);
@@ -1787,10 +1838,11 @@ weft__connection_close_lingering (WeftConnection *self, guint linger_ms, guint64
 {
   if (self->closed || self->closing)
     return;
+  ConnExt *ext = ext_get (self);
   self->lingering = TRUE;
   self->linger_always = always;
-  self->linger_ms = MAX (linger_ms, 1u);
-  self->discard_left = MAX (max_discard, (guint64) 1);
+  ext->linger_ms = MAX (linger_ms, 1u);
+  ext->discard_left = MAX (max_discard, (guint64) 1);
   weft_connection_close (self);
 }
 
@@ -1820,8 +1872,8 @@ weft_connection_close (WeftConnection *self)
       return;
     }
   if (self->write_ms == 0)
-    self->linger_id = weft_context_add_timeout (self->ctx, DEFAULT_CLOSE_LINGER_MS,
-                                                linger_expired, self, NULL);
+    ext_get (self)->linger_id = weft_context_add_timeout (self->ctx, DEFAULT_CLOSE_LINGER_MS,
+                                                          linger_expired, self, NULL);
   if (!self->in_fd_callback)
     {
       if (can_do_io (self))
@@ -1892,10 +1944,10 @@ static gboolean
 idle_check (gpointer data)
 {
   WeftConnection *self = data;
-  gint64 idle = g_get_monotonic_time () - self->last_activity;
-  if (idle >= (gint64) self->idle_ms * 1000)
+  gint64 idle = g_get_monotonic_time () - self->ext->last_activity;
+  if (idle >= (gint64) self->ext->idle_ms * 1000)
     {
-      self->idle_id = 0;
+      self->ext->idle_id = 0;
       fail_literal (self, G_IO_ERROR_TIMED_OUT, "idle timeout");
       return G_SOURCE_REMOVE;
     }
@@ -1917,13 +1969,16 @@ weft_connection_set_idle_timeout (WeftConnection *self, guint timeout_ms)
   g_return_if_fail (on_own_context (self));
   if (self->closed)
     return;
-  if (self->idle_id != 0)
-    weft_context_remove (self->ctx, self->idle_id);
-  self->idle_id = 0;
-  self->idle_ms = timeout_ms;
-  self->last_activity = g_get_monotonic_time ();
+  if (timeout_ms == 0 && self->ext == NULL)
+    return; /* off already */
+  ConnExt *ext = ext_get (self);
+  if (ext->idle_id != 0)
+    weft_context_remove (self->ctx, ext->idle_id);
+  ext->idle_id = 0;
+  ext->idle_ms = timeout_ms;
+  ext->last_activity = g_get_monotonic_time ();
   if (timeout_ms != 0)
-    self->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
+    ext->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
 }
 
 static gboolean write_check (gpointer data);
@@ -1931,7 +1986,7 @@ static gboolean write_check (gpointer data);
 static void
 arm_write_check (WeftConnection *self)
 {
-  self->sent_at_check = self->sent_total;
+  self->sent_since_check = FALSE;
   self->stalled_checks = 0;
   self->write_id = weft_context_add_timeout (self->ctx, MAX (self->write_ms / 2, 1), write_check,
                                              self, NULL);
@@ -1949,11 +2004,11 @@ write_check (gpointer data)
       self->write_id = 0; /* nothing waits: rearmed by the next flush that leaves some */
       return G_SOURCE_REMOVE;
     }
-  if (self->sent_total != self->sent_at_check)
+  if (self->sent_since_check)
     self->stalled_checks = 0;
   else
     self->stalled_checks++;
-  self->sent_at_check = self->sent_total;
+  self->sent_since_check = FALSE;
   if (self->stalled_checks >= 3)
     {
       self->write_id = 0;
@@ -2044,15 +2099,16 @@ weft_connection_get_local_address (WeftConnection *self)
 static void
 handshake_finished (WeftConnection *self, GError *error)
 {
-  WeftConnectFunc done = self->tls_done;
-  gpointer data = self->tls_done_data;
-  GDestroyNotify notify = self->tls_done_notify;
-  self->tls_done = NULL;
-  self->tls_done_notify = NULL;
-  if (self->handshake_id != 0)
+  ConnExt *ext = self->ext; /* made by weft_connection_start_tls() */
+  WeftConnectFunc done = ext->tls_done;
+  gpointer data = ext->tls_done_data;
+  GDestroyNotify notify = ext->tls_done_notify;
+  ext->tls_done = NULL;
+  ext->tls_done_notify = NULL;
+  if (ext->handshake_id != 0)
     {
-      weft_context_remove (self->ctx, self->handshake_id);
-      self->handshake_id = 0;
+      weft_context_remove (self->ctx, ext->handshake_id);
+      ext->handshake_id = 0;
     }
   self->handshaking = FALSE;
   self->interest = (GIOCondition) -1; /* force the next update */
@@ -2063,11 +2119,11 @@ handshake_finished (WeftConnection *self, GError *error)
     {
       const char *alpn = weft__tls_get_alpn (self->tls);
       const char *sni = weft__tls_get_server_name (self->tls);
-      self->alpn = g_strdup (alpn);
+      ext->alpn = g_strdup (alpn);
       if (sni != NULL)
         {
-          g_free (self->server_name);
-          self->server_name = g_strdup (sni);
+          g_free (ext->server_name);
+          ext->server_name = g_strdup (sni);
         }
       touch (self);
       if (done != NULL)
@@ -2120,7 +2176,7 @@ static gboolean
 handshake_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->handshake_id = 0;
+  self->ext->handshake_id = 0;
   if (self->handshaking)
     handshake_finished (self, g_error_new_literal (G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
                                                    "TLS handshake timeout"));
@@ -2185,11 +2241,12 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
   gboolean server = weft__tls_config_is_server (config);
   self->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
   self->is_tls = TRUE;
-  self->tls_config = weft_tls_config_ref (config);
-  self->server_name = g_strdup (server_name);
-  self->tls_done = func;
-  self->tls_done_data = user_data;
-  self->tls_done_notify = notify;
+  ConnExt *ext = ext_get (self);
+  ext->tls_config = weft_tls_config_ref (config);
+  ext->server_name = g_strdup (server_name);
+  ext->tls_done = func;
+  ext->tls_done_data = user_data;
+  ext->tls_done_notify = notify;
   self->handshaking = TRUE;
   if (self->tls == NULL)
     {
@@ -2198,8 +2255,8 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
     }
   guint timeout = weft_tls_config_get_handshake_timeout (config);
   if (timeout != 0)
-    self->handshake_id = weft_context_add_timeout (self->ctx, timeout, handshake_expired, self,
-                                                   NULL);
+    ext->handshake_id = weft_context_add_timeout (self->ctx, timeout, handshake_expired, self,
+                                                  NULL);
   /* A client speaks first; a server waits for the hello. Either way the
    * first step runs on the context, on a worker. */
   self->interest = server ? G_IO_IN : G_IO_OUT;
@@ -2243,7 +2300,7 @@ const gchar *
 weft_connection_get_alpn_protocol (WeftConnection *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
-  return self->alpn;
+  return self->ext != NULL ? self->ext->alpn : NULL;
 }
 
 /**
@@ -2261,5 +2318,5 @@ const gchar *
 weft_connection_get_server_name (WeftConnection *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
-  return self->server_name;
+  return self->ext != NULL ? self->ext->server_name : NULL;
 }
