@@ -17,9 +17,17 @@ G_BEGIN_DECLS
  * are handed out in sequence, so the identity hash puts each at home:
  * insert, lookup and delete are a few instructions without collisions. */
 typedef struct {
-  guint *keys;
-  gpointer *values;
-  guint mask;       /* capacity - 1; capacity is a power of two */
+  union {
+    struct {
+      guint *keys;
+      gpointer *values;
+    };
+    struct {        /* mask 0: no table, at most one entry (len) here */
+      guint one_key;
+      gpointer one_value;
+    };
+  };
+  guint mask;       /* capacity - 1; capacity is a power of two; 0: no table */
   guint len;
 } WeftIdMap;
 
@@ -97,6 +105,28 @@ typedef struct {
  * (weft-gmain.c). */
 typedef struct _WeftMainQueue WeftMainQueue;
 
+/* What a context needs only once it has had a timeout or an idle handler:
+ * made on the first (under the context's lock, before the source is added)
+ * and freed with the context, so a context that never had one, such as an
+ * idle connection's, does not pay for it. Published with a release store;
+ * whoever reaches it through a source, a node or the engine's heap (all
+ * made after it) or under the lock sees it whole. */
+typedef struct {
+  WeftHeap timers;             /* HOLDS: ctx->lock; WeftTimeoutSource */
+  WeftIdleSource *idles;       /* HOLDS: ctx->lock; doubly linked */
+  WeftIdleSource *idles_tail;  /* HOLDS: ctx->lock */
+
+  WeftNode timers_node;        /* kind TIMERS */
+  atomic_int timers_queued;
+  guint timer_index;           /* HOLDS: engine->timer_lock */
+
+  WeftNode idle_node;          /* kind IDLE */
+  atomic_int idle_queued;
+} WeftContextSched;
+
+/* Makes ctx->sched if it is missing; HOLDS: ctx->lock. */
+WeftContextSched *weft__context_sched_unlocked (WeftContext *self);
+
 /* The state word. SCHEDULED is the consumer right over both inboxes: its
  * holder alone pops them. It is held by the creator until dispatch, then by
  * whoever pushed the context on the run queue, until the runner finds both
@@ -133,7 +163,9 @@ struct _WeftContext {
    * different lines, and an aligned allocation costs idle connections
    * ~190 bytes each. */
   WeftMpsc back;               /* post, readiness, timers, signals, idles */
-  WeftMpsc front;              /* post_front */
+  /* post_front's queue, made by the first one (few contexts ever get
+   * one): idle connections are counted in bytes. */
+  WeftMpsc *_Atomic front;
   atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   gboolean idles_due;          /* consumer only */
 
@@ -141,16 +173,7 @@ struct _WeftContext {
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
   gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
-  WeftHeap timers;             /* HOLDS: lock; WeftTimeoutSource */
-  WeftIdleSource *idles;       /* HOLDS: lock; doubly linked */
-  WeftIdleSource *idles_tail;  /* HOLDS: lock */
-
-  WeftNode timers_node;        /* kind TIMERS */
-  atomic_int timers_queued;
-  guint timer_index;           /* HOLDS: engine->timer_lock */
-
-  WeftNode idle_node;          /* kind IDLE */
-  atomic_int idle_queued;
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
 
   WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
   WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */

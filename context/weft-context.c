@@ -46,14 +46,9 @@ weft_context_new (WeftEngine *engine)
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
   self->engine = weft__engine_internal_ref (engine);
   atomic_init (&self->state, WEFT_CTX_SCHEDULED);
-  weft__mpsc_init (&self->front);
   weft__mpsc_init (&self->back);
   weft__mutex_init (&self->lock);
   weft__idmap_init (&self->ids);
-  weft__heap_init (&self->timers, weft__timeout_set_index);
-  self->timers_node.kind = WEFT_NODE_TIMERS;
-  self->idle_node.kind = WEFT_NODE_IDLE;
-  self->timer_index = WEFT_HEAP_NONE;
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
   self->reg_next = engine->contexts;
@@ -134,10 +129,18 @@ weft__context_internal_unref (WeftContext *self)
 {
   if (!g_atomic_int_dec_and_test (&self->internal_refs))
     return;
-  g_assert (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back));
-  g_assert (self->ids.len == 0 && self->timers.len == 0 && self->idles == NULL);
+  WeftMpsc *front = atomic_load (&self->front);
+  WeftContextSched *sched = atomic_load (&self->sched);
+  g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
+            !weft__mpsc_nonempty (&self->back));
+  g_assert (self->ids.len == 0 && (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL)));
   weft__idmap_clear (&self->ids);
-  weft__heap_clear (&self->timers);
+  if (sched != NULL)
+    {
+      weft__heap_clear (&sched->timers);
+      g_free (sched);
+    }
+  g_free (front);
   weft__mutex_clear (&self->lock);
   WeftEngine *engine = self->engine;
   weft__mutex_lock (&engine->ctx_lock);
@@ -155,6 +158,47 @@ weft__context_internal_unref (WeftContext *self)
   g_free (self);
 }
 
+WeftContextSched *
+weft__context_sched_unlocked (WeftContext *self)
+{
+  WeftContextSched *sched = atomic_load_explicit (&self->sched, memory_order_relaxed);
+  if (G_LIKELY (sched != NULL))
+    return sched;
+  sched = g_new0 (WeftContextSched, 1);
+  weft__heap_init (&sched->timers, weft__timeout_set_index);
+  sched->timers_node.kind = WEFT_NODE_TIMERS;
+  sched->idle_node.kind = WEFT_NODE_IDLE;
+  sched->timer_index = WEFT_HEAP_NONE;
+  atomic_store_explicit (&self->sched, sched, memory_order_release);
+  return sched;
+}
+
+/* The post_front queue, made by the first push to it (from any thread: the
+ * loser of a race frees its copy). */
+static WeftMpsc *
+front_queue (WeftContext *self)
+{
+  WeftMpsc *q = atomic_load (&self->front);
+  if (G_LIKELY (q != NULL))
+    return q;
+  WeftMpsc *mine = g_new (WeftMpsc, 1);
+  weft__mpsc_init (mine);
+  if (atomic_compare_exchange_strong (&self->front, &q, mine))
+    return mine;
+  g_free (mine);
+  return q;
+}
+
+/* Whether either inbox holds a node (weft__mpsc_nonempty()). The front
+ * queue's pointer is read sequentially consistent, like the heads: a
+ * poster makes the queue before it pushes and reads the state word. */
+static inline gboolean
+inbox_nonempty (WeftContext *self)
+{
+  WeftMpsc *front = atomic_load (&self->front);
+  return (front != NULL && weft__mpsc_nonempty (front)) || weft__mpsc_nonempty (&self->back);
+}
+
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and
  * the right was taken back (the caller keeps running or queues the
  * context); FALSE if released, after which @self may be gone. */
@@ -163,7 +207,7 @@ release (WeftContext *self)
 {
   atomic_fetch_and (&self->state, ~WEFT_CTX_SCHEDULED);
   /* Pairs with the poster's push-then-load: we store, then look. */
-  if (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back))
+  if (!inbox_nonempty (self))
     {
       weft__context_internal_unref (self);
       return FALSE;
@@ -198,7 +242,7 @@ weft__context_enqueue (WeftContext *self)
 static inline void
 push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local, gboolean have_ref)
 {
-  weft__mpsc_push (front ? &self->front : &self->back, node);
+  weft__mpsc_push (front ? front_queue (self) : &self->back, node);
 
   /* Whoever holds SCHEDULED will see the node before releasing (see
    * release()); only an idle context needs claiming. */
@@ -238,7 +282,8 @@ weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front, WeftC
 static inline WeftNode *
 pop (WeftContext *self)
 {
-  WeftNode *n = weft__mpsc_pop (&self->front);
+  WeftMpsc *front = atomic_load_explicit (&self->front, memory_order_acquire);
+  WeftNode *n = front != NULL ? weft__mpsc_pop (front) : NULL;
   return n ? n : weft__mpsc_pop (&self->back);
 }
 
@@ -265,13 +310,13 @@ process (WeftContext *self, WeftNode *n, gboolean drop)
           (WeftSignalSource *) ((char *) n - G_STRUCT_OFFSET (WeftSignalSource, node)), drop);
       break;
     case WEFT_NODE_TIMERS:
-      atomic_store (&self->timers_queued, 0);
+      atomic_store (&atomic_load (&self->sched)->timers_queued, 0);
       if (!drop)
         weft__timeouts_dispatch (self);
       weft__context_internal_unref (self); /* the engine heap's reference */
       break;
     case WEFT_NODE_IDLE:
-      atomic_store (&self->idle_queued, 0);
+      atomic_store (&atomic_load (&self->sched)->idle_queued, 0);
       break;
     default:
       g_assert_not_reached ();
@@ -309,7 +354,7 @@ weft__context_run (WeftContext *self)
             }
           continue;
         }
-      if (weft__mpsc_nonempty (&self->front) || weft__mpsc_nonempty (&self->back))
+      if (inbox_nonempty (self))
         {
           weft__spin_wait (&spins); /* a producer is between its exchange and its link */
           continue;
@@ -336,8 +381,7 @@ weft__context_run_dropping (WeftContext *self)
   do
     {
       WeftNode *n;
-      while ((n = pop (self)) != NULL || weft__mpsc_nonempty (&self->front) ||
-             weft__mpsc_nonempty (&self->back))
+      while ((n = pop (self)) != NULL || inbox_nonempty (self))
         if (n != NULL)
           process (self, n, TRUE);
         else

@@ -18,7 +18,8 @@ gboolean
 weft__timeout_detach_unlocked (WeftTimeoutSource *t)
 {
   if (t->heap_index != WEFT_HEAP_NONE)
-    weft__heap_remove (&t->base.ctx->timers, t->heap_index);
+    weft__heap_remove (&atomic_load_explicit (&t->base.ctx->sched, memory_order_relaxed)->timers,
+                       t->heap_index);
   /* If it was the earliest, the engine entry fires early, finds nothing
    * due and re-registers the true earliest: cheaper than a lock here. */
   return TRUE;
@@ -31,27 +32,28 @@ weft__timeouts_dispatch (WeftContext *ctx)
 {
   gint64 now = weft__now_ns ();
   guint budget = WEFT_TIMEOUT_BUDGET;
+  WeftContextSched *sched = atomic_load (&ctx->sched); /* made before the node was queued */
 
   weft__mutex_lock (&ctx->lock);
   for (;;)
     {
-      WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+      WeftHeapEntry *top = weft__heap_peek (&sched->timers);
       if (top == NULL || top->deadline > now)
         break;
       if (budget-- == 0)
         {
           /* More are due: queue the timers node again behind what else is
            * waiting, so a burst of due timeouts cannot hold the worker. */
-          if (!atomic_exchange (&ctx->timers_queued, 1))
+          if (!atomic_exchange (&sched->timers_queued, 1))
             {
               weft__context_internal_ref (ctx); /* held by the queued node */
-              weft__context_push (ctx, &ctx->timers_node, FALSE, NULL);
+              weft__context_push (ctx, &sched->timers_node, FALSE, NULL);
             }
           weft__mutex_unlock (&ctx->lock);
           return;
         }
       WeftTimeoutSource *t = top->item;
-      weft__heap_remove (&ctx->timers, 0);
+      weft__heap_remove (&sched->timers, 0);
       t->base.running = TRUE;
       weft__mutex_unlock (&ctx->lock);
 
@@ -75,9 +77,9 @@ weft__timeouts_dispatch (WeftContext *ctx)
       t->deadline += t->interval;
       if (t->deadline <= now)
         t->deadline = now + MAX (t->interval, 1);
-      weft__heap_insert (&ctx->timers, t->deadline, t);
+      weft__heap_insert (&sched->timers, t->deadline, t);
     }
-  WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+  WeftHeapEntry *top = weft__heap_peek (&sched->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
   weft__mutex_unlock (&ctx->lock);
@@ -108,7 +110,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
       return 0;
     }
-  weft__heap_insert (&self->timers, t->deadline, t);
+  weft__heap_insert (&weft__context_sched_unlocked (self)->timers, t->deadline, t);
   if (t->heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, t->deadline);
   weft__mutex_unlock (&self->lock);

@@ -28,9 +28,9 @@ typedef enum {
   WEFT_NODE_JOB,      /* a WeftJob from the job cache */
   WEFT_NODE_CONTEXT,  /* WeftContext.run_node, on the engine run queue */
   WEFT_NODE_FD,       /* WeftFdSource.node: readiness to deliver */
-  WEFT_NODE_TIMERS,   /* WeftContext.timers_node: some timeouts are due */
+  WEFT_NODE_TIMERS,   /* WeftContextSched.timers_node: some timeouts are due */
   WEFT_NODE_SIGNAL,   /* WeftSignalSource.node: a signal arrived */
-  WEFT_NODE_IDLE,     /* WeftContext.idle_node: an idle was added */
+  WEFT_NODE_IDLE,     /* WeftContextSched.idle_node: an idle was added */
 } WeftNodeKind;
 
 struct _WeftNode {

@@ -122,7 +122,7 @@ weft__heap_remove (WeftHeap *h, guint i)
 static void
 ctx_set_index (gpointer item, guint index)
 {
-  ((WeftContext *) item)->timer_index = index;
+  atomic_load_explicit (&((WeftContext *) item)->sched, memory_order_relaxed)->timer_index = index;
 }
 
 void
@@ -179,17 +179,19 @@ rearm_unlocked (WeftEngine *self)
 void
 weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline)
 {
+  /* (Called under the context's lock, which made sched.) */
+  WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_relaxed);
   weft__mutex_lock (&self->timer_lock);
-  if (ctx->timer_index != WEFT_HEAP_NONE)
+  if (sched->timer_index != WEFT_HEAP_NONE)
     {
-      WeftHeapEntry *e = &self->ctx_heap.v[ctx->timer_index];
+      WeftHeapEntry *e = &self->ctx_heap.v[sched->timer_index];
       if (e->deadline <= deadline)
         {
           /* Already due earlier: it will look again when that fires. */
           weft__mutex_unlock (&self->timer_lock);
           return;
         }
-      weft__heap_remove (&self->ctx_heap, ctx->timer_index);
+      weft__heap_remove (&self->ctx_heap, sched->timer_index);
     }
   else
     weft__context_internal_ref (ctx); /* held by the heap entry */
@@ -203,10 +205,15 @@ void
 weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx)
 {
   gboolean was = FALSE;
+  /* Called after the context's locked close: no timeout can make sched
+   * any more, and one made before is seen through that lock. */
+  WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
+  if (sched == NULL)
+    return; /* never had a timeout */
   weft__mutex_lock (&self->timer_lock);
-  if (ctx->timer_index != WEFT_HEAP_NONE)
+  if (sched->timer_index != WEFT_HEAP_NONE)
     {
-      weft__heap_remove (&self->ctx_heap, ctx->timer_index);
+      weft__heap_remove (&self->ctx_heap, sched->timer_index);
       was = TRUE;
     }
   weft__mutex_unlock (&self->timer_lock);
@@ -242,8 +249,9 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
         {
           WeftContext *ctx = due[i];
           /* The heap's reference moves to the queued node, or is dropped. */
-          if (!atomic_exchange (&ctx->timers_queued, 1))
-            weft__context_push_ref (ctx, &ctx->timers_node, FALSE, local);
+          WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_relaxed);
+          if (!atomic_exchange (&sched->timers_queued, 1))
+            weft__context_push_ref (ctx, &sched->timers_node, FALSE, local);
           else
             weft__context_internal_unref (ctx);
         }

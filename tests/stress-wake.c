@@ -50,6 +50,8 @@ spin (guint n)
 static const char *
 mpsc_state (WeftMpsc *q)
 {
+  if (q == NULL)
+    return "none";
   gboolean head_stub = atomic_load (&q->head) == &q->stub;
   gboolean tail_stub = q->tail == &q->stub;
   if (head_stub && tail_stub)
@@ -74,7 +76,7 @@ dump (Producer *p, int expected)
            mpsc_state (&e->runq), mpsc_state (&e->urgent));
   if (p->ctx != NULL)
     fprintf (stderr, "  context: state %#x back %s front %s\n", atomic_load (&p->ctx->state),
-             mpsc_state (&p->ctx->back), mpsc_state (&p->ctx->front));
+             mpsc_state (&p->ctx->back), mpsc_state (atomic_load (&p->ctx->front)));
 }
 
 static gpointer
