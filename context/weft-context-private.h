@@ -49,17 +49,23 @@ typedef enum {
 } WeftSourceKind;
 
 typedef struct _WeftSource WeftSource;
+/* Packed (small fields last, in bytes) because every connection holds an
+ * fd source for as long as it is open. */
 struct _WeftSource {
   guint id;
-  WeftSourceKind kind;
-  gboolean running;        /* HOLDS: ctx->lock; its callback is executing */
-  gboolean removed;        /* HOLDS: ctx->lock; out of the id map, never to start again */
-  WeftContext *ctx;        /* not owned: a source never outlives its context's close */
   gint refs;               /* (atomic) fd and signal sources only: registration,
                             * queued node, fd table lookups in flight */
+  WeftContext *ctx;        /* not owned: a source never outlives its context's close */
   gpointer func;
   gpointer user_data;
   GDestroyNotify notify;
+  guint8 kind;             /* WeftSourceKind */
+  guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
+  guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
+  guint8 edge;             /* fd sources: edge-triggered, no re-arm after each
+                            * callback (set before registration) */
+  atomic_int queued;       /* fd and signal sources: the node is in the inbox
+                            * (for an fd, modify_fd can re-arm early) */
 };
 
 guint weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
@@ -73,10 +79,8 @@ struct _WeftFdSource {
   int fd;
   guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
   guint32 armed;           /* HOLDS: ctx->lock; the interest epoll has (edge only) */
-  gboolean edge;           /* edge-triggered: no re-arm after each callback */
-  guint64 key;             /* fd table key; 0 once unregistered */
   atomic_uint revents;     /* readiness accumulated for the next callback */
-  atomic_int queued;       /* node is in the inbox (modify_fd can re-arm early) */
+  guint64 key;             /* fd table key; 0 once unregistered */
 };
 
 typedef struct {
@@ -96,7 +100,6 @@ typedef struct {
   WeftSource base;
   WeftNode node;
   int signum;
-  atomic_int queued;
 } WeftSignalSource;
 
 /* ---- the context ------------------------------------------------------ */

@@ -19,7 +19,7 @@ void
 weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
 {
   atomic_fetch_or (&src->revents, events);
-  if (atomic_exchange (&src->queued, 1))
+  if (atomic_exchange (&src->base.queued, 1))
     {
       /* Already waiting in the inbox (modify_fd re-armed it early). */
       weft__source_unref (&src->base);
@@ -56,7 +56,7 @@ fd_call (WeftSource *base)
   GIOCondition cond = weft__poll_condition_from_events (events);
   /* Only internal edge-triggered owners understand the RDHUP bit: an
    * edge for the peer's shutdown may have come with the data edge. */
-  if (!src->edge)
+  if (!src->base.edge)
     cond &= ~WEFT__IO_RDHUP;
   return ((WeftFdFunc) base->func) (src->fd, cond, base->user_data);
 }
@@ -68,11 +68,11 @@ fd_call (WeftSource *base)
 static int
 arm_unlocked (WeftFdSource *src)
 {
-  if (src->edge && src->armed == src->events)
+  if (src->base.edge && src->armed == src->events)
     return 0;
   src->armed = src->events;
   return weft__poll_modify (src->base.ctx->engine->pfd, src->fd,
-                            src->events | (src->edge ? EPOLLET : 0), src->key, !src->edge);
+                            src->events | (src->base.edge ? EPOLLET : 0), src->key, !src->base.edge);
 }
 
 static void
@@ -88,7 +88,7 @@ fd_rearm_unlocked (WeftSource *base)
 void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
-  atomic_store (&src->queued, 0);
+  atomic_store (&src->base.queued, 0);
   weft__source_dispatch_queued (&src->base, drop, fd_call, fd_rearm_unlocked);
 }
 
@@ -151,7 +151,7 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
   src->node.kind = WEFT_NODE_FD;
   src->base.refs = 1; /* the registration */
   src->fd = fd;
-  src->edge = (events & WEFT__IO_EDGE) != 0;
+  src->base.edge = (events & WEFT__IO_EDGE) != 0;
   src->events = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
   src->armed = src->events;
 
@@ -168,8 +168,8 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
     }
   WeftEngine *engine = self->engine;
   src->key = weft__fdtable_insert (engine->fdtable, src);
-  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->edge ? EPOLLET : 0),
-                                     src->key, !src->edge)
+  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->base.edge ? EPOLLET : 0),
+                                     src->key, !src->base.edge)
                    : -EMFILE;
   if (r < 0)
     {

@@ -10,7 +10,7 @@
 void
 weft__signal_source_raise (WeftSignalSource *src, WeftContext **local)
 {
-  if (atomic_exchange (&src->queued, 1))
+  if (atomic_exchange (&src->base.queued, 1))
     return; /* coalesced with the delivery already queued */
   weft__source_ref (&src->base);
   weft__context_push_ref (src->base.ctx, &src->node, FALSE, local);
@@ -32,7 +32,7 @@ signal_call (WeftSource *base)
 void
 weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
 {
-  atomic_store (&src->queued, 0);
+  atomic_store (&src->base.queued, 0);
   weft__source_dispatch_queued (&src->base, drop, signal_call, NULL);
 }
 

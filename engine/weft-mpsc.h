@@ -39,11 +39,15 @@ struct _WeftNode {
   guint32 flags;      /* WEFT_JOB_*: used by job nodes */
 };
 
+/* The head and the tail are 64 bytes apart, so producers and the consumer
+ * never share a cache line over them; the stub sits in between, beside the
+ * head (producers link behind it), rather than after the tail: 16 bytes
+ * less per context, which idle connections pay for. */
 typedef struct {
   WeftNode *_Atomic head;   /* producers exchange here */
-  char pad_[64 - sizeof (void *)];
-  WeftNode *_Atomic tail;   /* written by the consumer only; see _nonempty */
   WeftNode stub;
+  char pad_[64 - sizeof (void *) - sizeof (WeftNode)];
+  WeftNode *_Atomic tail;   /* written by the consumer only; see _nonempty */
 } WeftMpsc;
 
 static inline void
