@@ -62,14 +62,20 @@ struct _WeftSource {
   guint8 kind;             /* WeftSourceKind */
   guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
   guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
-  guint8 edge;             /* fd sources: edge-triggered, no re-arm after each
+  guint8 edge : 1;         /* fd sources: edge-triggered, no re-arm after each
                             * callback (set before registration) */
+  guint8 embedded : 1;     /* lives in its context's tail: not freed by itself */
   atomic_int queued;       /* fd and signal sources: the node is in the inbox
                             * (for an fd, modify_fd can re-arm early) */
 };
 
 guint weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                             gpointer user_data, GDestroyNotify notify, GError **error);
+/* Same, with the source in @storage: zeroed memory in @self's tail (see
+ * weft__context_new_with_tail()), which the source never frees. */
+guint weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd,
+                               GIOCondition events, WeftFdFunc func, gpointer user_data,
+                               GDestroyNotify notify, GError **error);
 gboolean weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
                                         GError **error);
 
@@ -181,6 +187,19 @@ struct _WeftContext {
   WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
   WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
 };
+
+/* A context followed by @tail_size zeroed bytes in the same allocation, for
+ * objects that live exactly as long as it: a connection and its fd source
+ * (weft-listener.c), so an idle connection is one allocation. Whatever is
+ * put there must hold a reference on the context (public or internal) for
+ * as long as it is used, and must not be freed by itself. */
+WeftContext *weft__context_new_with_tail (WeftEngine *engine, gsize tail_size);
+
+static inline gpointer
+weft__context_tail (WeftContext *self)
+{
+  return (guint8 *) self + sizeof (WeftContext);
+}
 
 WeftContext *weft__context_internal_ref (WeftContext *self);
 void weft__context_internal_unref (WeftContext *self);

@@ -39,8 +39,14 @@ weft_context_new (WeftEngine *engine)
 {
   g_return_val_if_fail (engine != NULL, NULL);
   g_return_val_if_fail (!atomic_load (&engine->dead), NULL);
+  return weft__context_new_with_tail (engine, 0);
+}
 
-  WeftContext *self = g_new0 (WeftContext, 1);
+WeftContext *
+weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
+{
+  G_STATIC_ASSERT (sizeof (WeftContext) % sizeof (gpointer) == 0); /* the tail is aligned */
+  WeftContext *self = g_malloc0 (sizeof (WeftContext) + tail_size);
   self->run_node.kind = WEFT_NODE_CONTEXT;
   self->ref_count = 1;
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */

@@ -143,7 +143,16 @@ guint
 weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                       gpointer user_data, GDestroyNotify notify, GError **error)
 {
-  WeftFdSource *src = g_new0 (WeftFdSource, 1);
+  return weft__context_add_fd_in (self, NULL, fd, events, func, user_data, notify, error);
+}
+
+guint
+weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOCondition events,
+                         WeftFdFunc func, gpointer user_data, GDestroyNotify notify,
+                         GError **error)
+{
+  WeftFdSource *src = storage != NULL ? storage : g_new0 (WeftFdSource, 1);
+  src->base.embedded = storage != NULL;
   src->base.kind = WEFT_SOURCE_FD;
   src->base.func = (gpointer) func;
   src->base.user_data = user_data;
@@ -163,7 +172,8 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
-      g_free (src);
+      if (storage == NULL)
+        g_free (src);
       return 0;
     }
   WeftEngine *engine = self->engine;

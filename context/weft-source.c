@@ -58,9 +58,13 @@ weft__source_unref (WeftSource *source)
   if (!g_atomic_int_dec_and_test (&source->refs))
     return;
   WeftContext *ctx = source->ctx;
+  gboolean embedded = source->embedded;
   weft__source_call_notify (source);
-  g_free (source);
-  weft__context_internal_unref (ctx); /* taken in weft__context_add_source_unlocked */
+  if (!embedded)
+    g_free (source);
+  /* Taken in weft__context_add_source_unlocked; an embedded source's
+   * memory may go with it. */
+  weft__context_internal_unref (ctx);
 }
 
 void

@@ -153,6 +153,8 @@ struct _HttpConn {
   guint held : 1;           /* a pause holds bytes read but not parsed; on_data()
                              * gets them when it resumes */
   guint input_ended : 1;    /* the peer's end came while bytes were held */
+  guint embedded : 1;       /* in the connection's allocation (the listener's
+                             * data), not freed by itself */
   char *peer;               /* the peer's address, for the access log */
 };
 

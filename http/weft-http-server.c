@@ -106,9 +106,11 @@ weft_http_conn_unref (HttpConn *hc)
     return;
   g_assert ((hc->n_pending == 0));
   g_free (hc->peer);
-  weft_connection_unref (hc->conn);
+  WeftConnection *conn = hc->conn;
   weft_http_server_unref (hc->server);
-  g_free (hc);
+  if (!hc->embedded)
+    g_free (hc);
+  weft_connection_unref (conn); /* (an embedded hc's memory may go with it) */
 }
 
 /* Drops everything still queued: the connection is gone. Streams and
@@ -1050,7 +1052,12 @@ static void
 on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
 {
   WeftHttpServer *server = user_data;
-  HttpConn *hc = g_new0 (HttpConn, 1);
+  /* In the connection's allocation when the listener made room for it. */
+  HttpConn *hc = weft__connection_get_data (conn);
+  if (hc != NULL)
+    hc->embedded = TRUE;
+  else
+    hc = g_new0 (HttpConn, 1);
   hc->ref_count = 1; /* the event function's */
   hc->server = weft_http_server_ref (server);
   hc->conn = weft_connection_ref (conn);
@@ -1111,6 +1118,7 @@ weft_http_server_new (WeftEngine *engine)
   memcpy (self->limit, default_limit, sizeof self->limit);
   self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
   self->listener = weft_listener_new (engine, on_accept, self, NULL);
+  weft__listener_set_connection_data_size (self->listener, sizeof (HttpConn));
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
   return self;

@@ -157,6 +157,8 @@ struct _WeftConnection {
                                * read on to end of file */
   guint sent_since_check : 1; /* the peer took output since the last write check */
   guint stalled_checks : 2;   /* write checks in a row that saw no progress */
+  guint embedded : 1;         /* in its context's tail, with its fd source */
+  guint has_data : 1;         /* and data for its owner after them */
   ReadMode mode;
 
   ReadCb reader;
@@ -335,10 +337,30 @@ source_gone (gpointer data)
   weft_connection_unref (self);
 }
 
-WeftConnection *
-weft__connection_new (WeftContext *ctx, int fd, GError **error)
+/* In a context's tail: the connection, its fd source, then the owner's
+ * data, each aligned for pointers. */
+#define TAIL_SOURCE_OFFSET (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; }, s))
+#define TAIL_DATA_OFFSET \
+  (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; gpointer d; }, d))
+
+gsize
+weft__connection_tail_size (gsize data_size)
 {
-  WeftConnection *self = g_new0 (WeftConnection, 1);
+  return TAIL_DATA_OFFSET + data_size;
+}
+
+gpointer
+weft__connection_get_data (WeftConnection *self)
+{
+  return self->has_data ? (guint8 *) self + TAIL_DATA_OFFSET : NULL;
+}
+
+static WeftConnection *
+connection_new (WeftContext *ctx, int fd, gboolean in_tail, gsize data_size, GError **error)
+{
+  WeftConnection *self = in_tail ? weft__context_tail (ctx) : g_new0 (WeftConnection, 1);
+  self->embedded = in_tail;
+  self->has_data = in_tail && data_size > 0;
   self->ref_count = 1;
   self->ctx = weft_context_ref (ctx);
   self->fd = fd;
@@ -350,8 +372,10 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
    * continue from a job, see update_interest()), so no re-arm syscall
    * follows each readiness. */
   self->interest = WEFT__IO_RDHUP;
-  self->fd_id = weft__context_add_fd (ctx, fd, self->interest | WEFT__IO_EDGE, on_fd,
-                                      weft_connection_ref (self), source_gone, error);
+  WeftFdSource *storage = in_tail ? (WeftFdSource *) ((guint8 *) self + TAIL_SOURCE_OFFSET)
+                                  : NULL;
+  self->fd_id = weft__context_add_fd_in (ctx, storage, fd, self->interest | WEFT__IO_EDGE, on_fd,
+                                         weft_connection_ref (self), source_gone, error);
   if (self->fd_id == 0)
     {
       /* source_gone() ran and closed the fd. */
@@ -360,6 +384,18 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
       return NULL;
     }
   return self;
+}
+
+WeftConnection *
+weft__connection_new (WeftContext *ctx, int fd, GError **error)
+{
+  return connection_new (ctx, fd, FALSE, 0, error);
+}
+
+WeftConnection *
+weft__connection_new_in_tail (WeftContext *ctx, int fd, gsize data_size, GError **error)
+{
+  return connection_new (ctx, fd, TRUE, data_size, error);
 }
 
 /**
@@ -448,8 +484,10 @@ weft_connection_unref (WeftConnection *self)
     }
   if (self->tls != NULL)
     weft__tls_session_free (self->tls);
-  weft_context_unref (self->ctx);
-  g_free (self);
+  WeftContext *ctx = self->ctx;
+  if (!self->embedded)
+    g_free (self);
+  weft_context_unref (ctx); /* (an embedded connection's memory may go with it) */
 }
 
 /**

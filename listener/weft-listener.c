@@ -52,6 +52,7 @@ struct _WeftListener {
   gboolean reuse_port;
   gint backlog;
   guint max_connections;    /* 0: no limit */
+  gsize conn_data_size;     /* weft__listener_set_connection_data_size() */
   WeftTlsConfig *tls;
   gboolean started;
   gboolean stopping;
@@ -460,12 +461,25 @@ accepted_job (gpointer data)
     hand_over (self, a->conn);
 }
 
+void
+weft__listener_set_connection_data_size (WeftListener *self, gsize size)
+{
+  pthread_mutex_lock (&self->lock);
+  g_warn_if_fail (!self->started);
+  self->conn_data_size = size;
+  pthread_mutex_unlock (&self->lock);
+}
+
+/* One allocation per connection: its context, the connection, its fd
+ * source and the owner's data (weft__connection_new_in_tail()). */
 static void
 take_connection (WeftListener *self, int fd)
 {
-  WeftContext *ctx = weft_context_new (self->engine);
+  gsize data_size = self->conn_data_size; /* fixed once started */
+  WeftContext *ctx =
+      weft__context_new_with_tail (self->engine, weft__connection_tail_size (data_size));
   GError *error = NULL;
-  WeftConnection *conn = weft__connection_new (ctx, fd, &error);
+  WeftConnection *conn = weft__connection_new_in_tail (ctx, fd, data_size, &error);
   if (conn == NULL)
     {
       g_warning ("accepted connection dropped: %s", error->message);
