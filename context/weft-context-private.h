@@ -178,7 +178,6 @@ struct _WeftContext {
   atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   gboolean idles_due;          /* consumer only */
 
-  WeftMutex lock;
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
   gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
@@ -199,6 +198,15 @@ static inline gpointer
 weft__context_tail (WeftContext *self)
 {
   return (guint8 *) self + sizeof (WeftContext);
+}
+
+/* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
+ * by the context's address (which is fixed, like its engine). */
+static inline WeftMutex *
+weft__context_lock (WeftContext *self)
+{
+  guint h = (guint) ((guintptr) self >> 4) * 0x9E3779B1u; /* Fibonacci hashing */
+  return &self->engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].m;
 }
 
 WeftContext *weft__context_internal_ref (WeftContext *self);

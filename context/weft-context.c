@@ -53,7 +53,6 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   self->engine = weft__engine_internal_ref (engine);
   atomic_init (&self->state, WEFT_CTX_SCHEDULED);
   weft__mpsc_init (&self->back);
-  weft__mutex_init (&self->lock);
   weft__idmap_init (&self->ids);
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
@@ -139,7 +138,8 @@ weft__context_internal_unref (WeftContext *self)
   WeftContextSched *sched = atomic_load (&self->sched);
   g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
             !weft__mpsc_nonempty (&self->back));
-  g_assert (self->ids.len == 0 && (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL)));
+  g_assert (self->ids.len == 0);
+  g_assert (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL));
   weft__idmap_clear (&self->ids);
   if (sched != NULL)
     {
@@ -147,7 +147,6 @@ weft__context_internal_unref (WeftContext *self)
       g_free (sched);
     }
   g_free (front);
-  weft__mutex_clear (&self->lock);
   WeftEngine *engine = self->engine;
   weft__mutex_lock (&engine->ctx_lock);
   if (self->reg_prev != NULL)
@@ -445,7 +444,7 @@ close_context (WeftContext *self)
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   weft__idmap_steal_all (&self->ids, all);
   for (guint i = 0; i < all->len; i++)
     {
@@ -454,7 +453,7 @@ close_context (WeftContext *self)
       if (!src->running && weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);
     }
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   /* After the locked section: every schedule happens under the lock after a
    * CLOSED check, so none can follow this. */
   weft__timers_unschedule_context (self->engine, self);

@@ -34,17 +34,17 @@ weft__idles_dispatch (WeftContext *ctx)
   WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
   if (sched == NULL)
     return;
-  weft__mutex_lock (&ctx->lock);
+  weft__mutex_lock (weft__context_lock (ctx));
   /* Handlers added during this pass are appended and run in it too. */
   for (WeftIdleSource *idle = sched->idles; idle != NULL;)
     {
       idle->base.running = TRUE;
-      weft__mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_job ();
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
-      weft__mutex_lock (&ctx->lock);
+      weft__mutex_lock (weft__context_lock (ctx));
       idle->base.running = FALSE;
       WeftIdleSource *next = idle->next; /* read under the lock, after the call */
       if (!idle->base.removed && !keep)
@@ -58,7 +58,7 @@ weft__idles_dispatch (WeftContext *ctx)
         }
       idle = next;
     }
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
   for (GSList *l = dead; l != NULL; l = l->next)
     weft__source_finalize (l->data);
   g_slist_free (dead);
@@ -93,11 +93,11 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   idle->base.user_data = user_data;
   idle->base.notify = notify;
 
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &idle->base);
   if (id == 0)
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       if (notify != NULL)
         notify (user_data);
       g_free (idle);
@@ -110,7 +110,7 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   else
     sched->idles = idle;
   sched->idles_tail = idle;
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
 
   /* Make the context run once so the new handler gets its first turn. */
   if (!atomic_exchange (&sched->idle_queued, 1))

@@ -34,7 +34,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
   guint budget = WEFT_TIMEOUT_BUDGET;
   WeftContextSched *sched = atomic_load (&ctx->sched); /* made before the node was queued */
 
-  weft__mutex_lock (&ctx->lock);
+  weft__mutex_lock (weft__context_lock (ctx));
   for (;;)
     {
       WeftHeapEntry *top = weft__heap_peek (&sched->timers);
@@ -49,26 +49,26 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__context_internal_ref (ctx); /* held by the queued node */
               weft__context_push (ctx, &sched->timers_node, FALSE, NULL);
             }
-          weft__mutex_unlock (&ctx->lock);
+          weft__mutex_unlock (weft__context_lock (ctx));
           return;
         }
       WeftTimeoutSource *t = top->item;
       weft__heap_remove (&sched->timers, 0);
       t->base.running = TRUE;
-      weft__mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_timer ();
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
-      weft__mutex_lock (&ctx->lock);
+      weft__mutex_lock (weft__context_lock (ctx));
       t->base.running = FALSE;
       if (!t->base.removed && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
       if (t->base.removed)
         {
-          weft__mutex_unlock (&ctx->lock);
+          weft__mutex_unlock (weft__context_lock (ctx));
           weft__source_finalize (&t->base);
-          weft__mutex_lock (&ctx->lock);
+          weft__mutex_lock (weft__context_lock (ctx));
           continue;
         }
       /* Repeat one interval after the previous deadline, so the period does
@@ -82,7 +82,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
   WeftHeapEntry *top = weft__heap_peek (&sched->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
 }
 
 static guint
@@ -100,11 +100,11 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->heap_index = WEFT_HEAP_NONE;
   t->deadline = weft__now_ns () + interval;
 
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &t->base);
   if (G_UNLIKELY (id == 0))
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       if (notify != NULL)
         notify (user_data);
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
@@ -113,7 +113,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   weft__heap_insert (&weft__context_sched_unlocked (self)->timers, t->deadline, t);
   if (t->heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, t->deadline);
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   return id;
 }
 
