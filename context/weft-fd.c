@@ -71,8 +71,9 @@ arm_unlocked (WeftFdSource *src)
   if (src->base.edge && src->armed == src->events)
     return 0;
   src->armed = src->events;
+  gboolean edge = src->base.edge;
   return weft__poll_modify (src->base.ctx->engine->pfd, src->fd,
-                            src->events | (src->base.edge ? EPOLLET : 0), src->key, !src->base.edge);
+                            src->events | (edge ? EPOLLET : 0), src->key, !edge);
 }
 
 static void

@@ -126,8 +126,7 @@ struct _HttpConn {
   gint ref_count;
   guint n_pending;
   WeftHttpServer *server;
-  WeftConnection *conn;
-  WeftContext *ctx;
+  WeftConnection *conn;     /* its context is the connection's: weft_http_conn_ctx() */
   WeftHttpRequest *pending_head; /* requests, oldest first, one ref each, */
   WeftHttpRequest *pending_tail; /* linked through their next */
   WeftHttpRequest *reading; /* the newest request, while its body arrives */
@@ -157,6 +156,13 @@ struct _HttpConn {
                              * data), not freed by itself */
   char *peer;               /* the peer's address, for the access log */
 };
+
+/* The connection's context (any thread: it is fixed). */
+static inline WeftContext *
+weft_http_conn_ctx (HttpConn *hc)
+{
+  return weft_connection_get_context (hc->conn);
+}
 
 /* The pending line, on the connection's context (no GQueue: its links
  * are an allocation per request). */

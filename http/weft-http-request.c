@@ -82,7 +82,7 @@ http_date (void)
 static gboolean
 on_context (HttpConn *hc)
 {
-  return weft_context_get_current () == hc->ctx;
+  return weft_context_get_current () == weft_http_conn_ctx (hc);
 }
 
 WeftHttpRequest *
@@ -330,7 +330,7 @@ static void
 attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
-  gboolean on_context = weft_context_get_current () == hc->ctx;
+  gboolean on_context = weft_context_get_current () == weft_http_conn_ctx (hc);
   /* (The context test first: another thread must not read inline_req.) */
   if (atomic_load (&req->handler_thread) == g_thread_self () ||
       (on_context && hc->inline_req == req))
@@ -351,12 +351,12 @@ attach (WeftHttpRequest *req)
       if (!hc->flush_posted && !hc->closed)
         {
           hc->flush_posted = TRUE;
-          weft_context_post (hc->ctx, flush_job, weft_http_conn_ref (hc),
+          weft_context_post (weft_http_conn_ctx (hc), flush_job, weft_http_conn_ref (hc),
                              (GDestroyNotify) weft_http_conn_unref);
         }
       return;
     }
-  weft_context_post (hc->ctx, attach_job, weft_http_request_ref (req),
+  weft_context_post (weft_http_conn_ctx (hc), attach_job, weft_http_request_ref (req),
                      (GDestroyNotify) weft_http_request_unref);
 }
 
@@ -747,7 +747,7 @@ weft_http_stream_pump (WeftHttpRequest *req)
       hc->active != req)
     return;
   req->producer_queued = TRUE;
-  weft_context_post (hc->ctx, producer_job, weft_http_request_ref (req),
+  weft_context_post (weft_http_conn_ctx (hc), producer_job, weft_http_request_ref (req),
                      (GDestroyNotify) weft_http_request_unref);
 }
 
@@ -887,7 +887,7 @@ stream_op (WeftHttpRequest *req, GBytes *chunk, gsize payload)
   op->req = weft_http_request_ref (req);
   op->chunk = chunk;
   op->payload = payload;
-  weft_context_post (hc->ctx, stream_op_job, op, stream_op_free);
+  weft_context_post (weft_http_conn_ctx (hc), stream_op_job, op, stream_op_free);
 }
 
 static gboolean
@@ -1089,6 +1089,6 @@ weft_http_request_read_body (WeftHttpRequest *self, WeftHttpBodyFunc func, gpoin
   self->body_data = user_data;
   self->body_notify = notify;
   atomic_store (&self->body_wanted, TRUE);
-  weft_context_post (self->hc->ctx, read_body_job, weft_http_request_ref (self),
+  weft_context_post (weft_http_conn_ctx (self->hc), read_body_job, weft_http_request_ref (self),
                      (GDestroyNotify) weft_http_request_unref);
 }

@@ -133,7 +133,7 @@ stop_timer (HttpConn *hc)
 {
   if (hc->timer != 0)
     {
-      weft_context_remove (hc->ctx, hc->timer);
+      weft_context_remove (weft_http_conn_ctx (hc), hc->timer);
       hc->timer = 0;
     }
 }
@@ -430,7 +430,8 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
    * line's reference goes with the flush, the coroutine's at its end. */
   req->coro_handler_running = TRUE;
   hc->inline_req = req;
-  WeftCoro *c = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
+  WeftCoro *c = weft__coro_spawn_here (weft_http_conn_ctx (hc), coro_handler,
+                                       weft_http_request_ref (req),
                                        (GDestroyNotify) weft_http_request_unref,
                                        hc->server->coro_stack);
   hc->inline_req = NULL;
@@ -626,8 +627,8 @@ keepalive_sweep (gpointer data)
           HttpConn *hc = key;
           gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
           if (since != 0 && now - since >= limit)
-            weft_context_post (hc->ctx, keepalive_close_job, weft_http_conn_ref (hc),
-                               (GDestroyNotify) weft_http_conn_unref);
+            weft_context_post (weft_http_conn_ctx (hc), keepalive_close_job,
+                               weft_http_conn_ref (hc), (GDestroyNotify) weft_http_conn_unref);
         }
       pthread_mutex_unlock (&server->live_lock);
     }
@@ -865,7 +866,8 @@ start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
     req->in_body = g_byte_array_sized_new (
         (guint) MIN (req->in_chunked ? 0 : head->content_length, 65536));
   if (limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 || limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0)
-    hc->timer = weft_context_add_timeout (hc->ctx, BODY_CHECK_MS, body_check, hc, NULL);
+    hc->timer =
+        weft_context_add_timeout (weft_http_conn_ctx (hc), BODY_CHECK_MS, body_check, hc, NULL);
 }
 
 /* Shutdown, at a request boundary: read no more, answer what was taken
@@ -907,7 +909,7 @@ wind_down_job (gpointer data)
 static void
 post_wind_down (HttpConn *hc)
 {
-  weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
+  weft_context_post (weft_http_conn_ctx (hc), wind_down_job, weft_http_conn_ref (hc),
                      (GDestroyNotify) weft_http_conn_unref);
 }
 
@@ -996,7 +998,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
         {
           if (hc->timer == 0 && server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] != 0)
             hc->timer = weft_context_add_timeout (
-                hc->ctx, (guint) server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS],
+                weft_http_conn_ctx (hc), (guint) server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS],
                 header_timed_out, hc, NULL);
           break;
         }
@@ -1061,7 +1063,6 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   hc->ref_count = 1; /* the event function's */
   hc->server = weft_http_server_ref (server);
   hc->conn = weft_connection_ref (conn);
-  hc->ctx = weft_connection_get_context (conn);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
   pthread_mutex_lock (&server->live_lock);
   g_hash_table_add (server->live, hc);

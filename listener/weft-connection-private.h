@@ -10,12 +10,11 @@
 #include "weft-listener.h"
 #include "weft-tls-private.h"
 
-/* Called once on the connection's context when its socket is closed, after
- * the CLOSED event: the listener counts live connections with it. */
-typedef void (*WeftConnectionCloseHook) (WeftConnection *conn, gpointer data);
-
-void weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook hook,
-                                      gpointer data);
+/* The listener that accepted the connection: once the socket is closed,
+ * after the CLOSED event, on the connection's context, it is told with
+ * weft__listener_connection_closed() (it counts live connections). */
+void weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener);
+void weft__listener_connection_closed (WeftListener *self, WeftConnection *conn);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be

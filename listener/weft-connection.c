@@ -104,6 +104,7 @@ typedef struct {
   guint64 discard_left;       /* lingering: how much input to discard */
 
   /* TLS */
+  WeftTlsSession *tls;        /* (nullable) see tls_session() */
   WeftTlsConfig *tls_config;
   guint handshake_id;         /* the handshake timeout */
   WeftConnectFunc tls_done;
@@ -177,10 +178,8 @@ struct _WeftConnection {
 
   guint write_ms;             /* the write timeout */
   guint write_id;
-  WeftTlsSession *tls;
 
-  WeftConnectionCloseHook close_hook;
-  gpointer close_hook_data;
+  WeftListener *listener; /* (nullable) told by weft__listener_connection_closed() */
 
   ConnExt *ext;               /* (nullable) (owned) */
 };
@@ -219,6 +218,13 @@ ext_get (WeftConnection *self)
       self->ext->low_water = DEFAULT_LOW_WATER;
     }
   return self->ext;
+}
+
+/* The TLS session, or NULL: none started, or it could not be made. */
+static inline WeftTlsSession *
+tls_session (WeftConnection *self)
+{
+  return G_UNLIKELY (self->is_tls) ? self->ext->tls : NULL;
 }
 
 static inline gsize
@@ -478,12 +484,12 @@ weft_connection_unref (WeftConnection *self)
       g_free (ext->server_name);
       if (ext->wait_hook_free != NULL)
         ext->wait_hook_free (ext->wait_hook_data);
+      if (ext->tls != NULL)
+        weft__tls_session_free (ext->tls);
       if (ext->tls_config != NULL)
         weft_tls_config_unref (ext->tls_config);
       g_free (ext);
     }
-  if (self->tls != NULL)
-    weft__tls_session_free (self->tls);
   WeftContext *ctx = self->ctx;
   if (!self->embedded)
     g_free (self);
@@ -526,11 +532,9 @@ weft_connection_get_fd (WeftConnection *self)
 }
 
 void
-weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook hook,
-                                 gpointer data)
+weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener)
 {
-  self->close_hook = hook;
-  self->close_hook_data = data;
+  self->listener = listener;
 }
 
 gboolean
@@ -952,10 +956,10 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
     }
 
   gssize n;
-  if (self->tls != NULL)
+  if (tls_session (self) != NULL)
     {
       GIOCondition want = 0;
-      n = weft__tls_read (self->tls, buf, room, &want, error);
+      n = weft__tls_read (tls_session (self), buf, room, &want, error);
       self->last_read_short = FALSE; /* record-sized: says nothing */
       if (n == WEFT_TLS_AGAIN)
         {
@@ -1059,7 +1063,7 @@ do_reads (WeftConnection *self)
       deliver (self, cap != 0 ? buf : NULL, cap, buf, len);
       /* A short read drained the socket (epoll reports anything that
        * arrives later). TLS reads are record-sized: read on to EAGAIN. */
-      if (self->tls == NULL && self->last_read_short && !self->fin_pending)
+      if (tls_session (self) == NULL && self->last_read_short && !self->fin_pending)
         {
           self->drained = TRUE;
           return;
@@ -1449,7 +1453,7 @@ flush_tls (WeftConnection *self)
         }
       GIOCondition want = 0;
       GError *error = NULL;
-      gssize n = weft__tls_write (self->tls, data, len, &want, &error);
+      gssize n = weft__tls_write (tls_session (self), data, len, &want, &error);
       if (n == WEFT_TLS_AGAIN)
         {
           self->tls_write_wants_in = (want & G_IO_IN) != 0;
@@ -1504,7 +1508,7 @@ flush (WeftConnection *self)
   if (self->closed || self->handshaking || self->wq_head == NULL)
     goto after;
   gsize before = self->wq_bytes;
-  if (!(self->tls != NULL ? flush_tls (self) : flush_plain (self)))
+  if (!(tls_session (self) != NULL ? flush_tls (self) : flush_plain (self)))
     return;
   if (self->wq_bytes < before)
     touch (self);
@@ -1550,8 +1554,8 @@ after:
     close_flushed (self);
   else if (self->write_shutdown && !self->write_shut_done)
     {
-      if (self->tls != NULL)
-        weft__tls_shutdown (self->tls);
+      if (tls_session (self) != NULL)
+        weft__tls_shutdown (tls_session (self));
       shutdown (self->fd, SHUT_WR);
       self->write_shut_done = TRUE;
       if (self->peer_closed)
@@ -1726,8 +1730,8 @@ finish_close (WeftConnection *self, gboolean abortive)
    * engine still watches it. The source's reference goes with it. */
   guint id = self->fd_id; /* 0 if the source is already gone */
   self->fd_id = 0;
-  if (!abortive && self->tls != NULL && !self->write_shut_done && !self->handshaking)
-    weft__tls_shutdown (self->tls);
+  if (!abortive && tls_session (self) != NULL && !self->write_shut_done && !self->handshaking)
+    weft__tls_shutdown (tls_session (self));
   if (abortive)
     {
       struct linger lg = { .l_onoff = 1, .l_linger = 0 };
@@ -1761,8 +1765,8 @@ finish_close (WeftConnection *self, gboolean abortive)
   if (ev != NULL && self->event_notify != NULL)
     self->event_notify (self->event_data);
   self->event_notify = NULL;
-  if (self->close_hook != NULL)
-    self->close_hook (self, self->close_hook_data);
+  if (self->listener != NULL)
+    weft__listener_connection_closed (self->listener, self);
   weft_connection_unref (self);
 }
 
@@ -1778,7 +1782,7 @@ fail (WeftConnection *self, GError *error)
   /* TLS failures after the handshake (a bad record, an alert) are logged
    * like failed handshakes, quietly: a hostile peer must not flood the
    * log. The application sees every error as the ERROR event. */
-  if (self->tls != NULL && !self->handshaking)
+  if (tls_session (self) != NULL && !self->handshaking)
     g_info ("TLS connection closed: %s", error->message);
   emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
   g_error_free (error);
@@ -1855,8 +1859,8 @@ close_flushed (WeftConnection *self)
     weft_context_remove (self->ctx, ext->linger_id);
   ext->linger_id = weft_context_add_timeout (self->ctx, ext->linger_ms, discard_expired, self,
                                              NULL);
-  if (self->tls != NULL && !self->write_shut_done)
-    weft__tls_shutdown (self->tls);
+  if (tls_session (self) != NULL && !self->write_shut_done)
+    weft__tls_shutdown (tls_session (self));
   shutdown (self->fd, SHUT_WR);
   self->write_shut_done = TRUE;
   /* Edge-triggered: input already there raises no new edge, so read it
@@ -2155,8 +2159,8 @@ handshake_finished (WeftConnection *self, GError *error)
   self->drained = FALSE;
   if (error == NULL)
     {
-      const char *alpn = weft__tls_get_alpn (self->tls);
-      const char *sni = weft__tls_get_server_name (self->tls);
+      const char *alpn = weft__tls_get_alpn (tls_session (self));
+      const char *sni = weft__tls_get_server_name (tls_session (self));
       ext->alpn = g_strdup (alpn);
       if (sni != NULL)
         {
@@ -2187,7 +2191,7 @@ drive_handshake (WeftConnection *self)
 {
   GIOCondition want = 0;
   GError *error = NULL;
-  int r = weft__tls_handshake (self->tls, &want, &error);
+  int r = weft__tls_handshake (tls_session (self), &want, &error);
   if (r == WEFT_TLS_AGAIN)
     {
       if (want != self->interest)
@@ -2262,7 +2266,7 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (config != NULL);
-  g_return_if_fail (self->tls == NULL);
+  g_return_if_fail (tls_session (self) == NULL);
   g_return_if_fail (on_own_context (self));
 
   GError *error = NULL;
@@ -2277,16 +2281,16 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
       return;
     }
   gboolean server = weft__tls_config_is_server (config);
-  self->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
-  self->is_tls = TRUE;
   ConnExt *ext = ext_get (self);
+  ext->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
+  self->is_tls = TRUE;
   ext->tls_config = weft_tls_config_ref (config);
   ext->server_name = g_strdup (server_name);
   ext->tls_done = func;
   ext->tls_done_data = user_data;
   ext->tls_done_notify = notify;
   self->handshaking = TRUE;
-  if (self->tls == NULL)
+  if (ext->tls == NULL)
     {
       handshake_finished (self, error);
       return;

@@ -385,10 +385,9 @@ listener_unref_internal_notify (gpointer data)
 }
 
 /* On the connection's context, once it is closed. */
-static void
-connection_closed (WeftConnection *conn, gpointer data)
+void
+weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
 {
-  WeftListener *self = data;
   pthread_mutex_lock (&self->lock);
   g_hash_table_remove (self->live, conn);
   guint max = self->max_connections;
@@ -490,11 +489,11 @@ take_connection (WeftListener *self, int fd)
     }
   atomic_fetch_add (&self->n_live, 1);
   atomic_fetch_add_explicit (&self->n_accepted, 1, memory_order_relaxed);
-  g_atomic_int_inc (&self->internal_refs); /* dropped by connection_closed() */
+  g_atomic_int_inc (&self->internal_refs); /* dropped by weft__listener_connection_closed() */
   pthread_mutex_lock (&self->lock);
   g_hash_table_add (self->live, conn);
   pthread_mutex_unlock (&self->lock);
-  weft__connection_set_close_hook (conn, connection_closed, self);
+  weft__connection_set_close_listener (conn, self);
 
   Accepted *a = g_new (Accepted, 1);
   a->listener = self;
