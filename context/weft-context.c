@@ -134,7 +134,7 @@ weft__context_internal_unref (WeftContext *self)
 {
   if (!g_atomic_int_dec_and_test (&self->internal_refs))
     return;
-  WeftMpsc *front = atomic_load (&self->front);
+  WeftMpscTight *front = atomic_load (&self->front);
   WeftContextSched *sched = atomic_load (&self->sched);
   g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
             !weft__mpsc_nonempty (&self->back));
@@ -180,13 +180,13 @@ weft__context_sched_unlocked (WeftContext *self)
 
 /* The post_front queue, made by the first push to it (from any thread: the
  * loser of a race frees its copy). */
-static WeftMpsc *
+static WeftMpscTight *
 front_queue (WeftContext *self)
 {
-  WeftMpsc *q = atomic_load (&self->front);
+  WeftMpscTight *q = atomic_load (&self->front);
   if (G_LIKELY (q != NULL))
     return q;
-  WeftMpsc *mine = g_new (WeftMpsc, 1);
+  WeftMpscTight *mine = g_new (WeftMpscTight, 1);
   weft__mpsc_init (mine);
   if (atomic_compare_exchange_strong (&self->front, &q, mine))
     return mine;
@@ -200,7 +200,7 @@ front_queue (WeftContext *self)
 static inline gboolean
 inbox_nonempty (WeftContext *self)
 {
-  WeftMpsc *front = atomic_load (&self->front);
+  WeftMpscTight *front = atomic_load (&self->front);
   return (front != NULL && weft__mpsc_nonempty (front)) || weft__mpsc_nonempty (&self->back);
 }
 
@@ -287,7 +287,7 @@ weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front, WeftC
 static inline WeftNode *
 pop (WeftContext *self)
 {
-  WeftMpsc *front = atomic_load_explicit (&self->front, memory_order_acquire);
+  WeftMpscTight *front = atomic_load_explicit (&self->front, memory_order_acquire);
   WeftNode *n = front != NULL ? weft__mpsc_pop (front) : NULL;
   return n ? n : weft__mpsc_pop (&self->back);
 }

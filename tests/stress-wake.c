@@ -47,13 +47,13 @@ spin (guint n)
   (void) sink;
 }
 
+#define mpsc_state(q) ((q) == NULL ? "none" : mpsc_state_at (&(q)->head, &(q)->tail, &(q)->stub))
+
 static const char *
-mpsc_state (WeftMpsc *q)
+mpsc_state_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNode *stub)
 {
-  if (q == NULL)
-    return "none";
-  gboolean head_stub = atomic_load (&q->head) == &q->stub;
-  gboolean tail_stub = q->tail == &q->stub;
+  gboolean head_stub = atomic_load (head) == stub;
+  gboolean tail_stub = atomic_load (tail) == stub;
   if (head_stub && tail_stub)
     return "empty";
   if (head_stub)
