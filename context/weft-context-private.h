@@ -145,6 +145,9 @@ enum {
   WEFT_CTX_SCHEDULED = 1u << 0,
   WEFT_CTX_ACTIVE = 1u << 1,
   WEFT_CTX_CLOSED = 1u << 2,
+  /* Its tail holds a connection a listener accepted (set once, after the
+   * connection is made): weft__engine_foreach_tail() finds it. */
+  WEFT_CTX_TAIL_CONN = 1u << 3,
 };
 
 /* Laid out by who writes what. Line 0: the scheduling state, written by
@@ -198,6 +201,18 @@ weft__context_tail (WeftContext *self)
 {
   return (guint8 *) self + sizeof (WeftContext);
 }
+
+/* Marks @self's tail as holding a listener's connection, once it is made
+ * (sequentially consistent, like the state word's other changes). */
+void weft__context_mark_tail_conn (WeftContext *self);
+/* Calls @func with the tail of every context of @engine marked so and not
+ * yet freed, under the engine's context lock: the tail's memory stays
+ * valid meanwhile, but @func may only look and take references, never
+ * post, unref or make a context (they take that lock). This is how a
+ * listener and an HTTP server find their connections without a set of
+ * their own (one hash table entry each, per idle connection). */
+void weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
+                                gpointer data);
 
 /* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
  * by the context's address (which is fixed, like its engine). */

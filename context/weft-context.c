@@ -64,6 +64,23 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   return self;
 }
 
+void
+weft__context_mark_tail_conn (WeftContext *self)
+{
+  atomic_fetch_or (&self->state, WEFT_CTX_TAIL_CONN);
+}
+
+void
+weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
+                           gpointer data)
+{
+  weft__mutex_lock (&engine->ctx_lock);
+  for (WeftContext *c = engine->contexts; c != NULL; c = c->reg_next)
+    if (atomic_load (&c->state) & WEFT_CTX_TAIL_CONN)
+      func (weft__context_tail (c), data);
+  weft__mutex_unlock (&engine->ctx_lock);
+}
+
 /* When the engine dies: destroys every context still open, so their
  * sources' notifies run (nothing will ever dispatch them again). */
 void

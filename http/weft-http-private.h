@@ -34,7 +34,8 @@ struct _WeftHttpServer {
   _Atomic guint64 latency[WEFT_HTTP_LATENCY_BUCKETS];
   atomic_bool stopping;      /* no more keep-alive: close after each answer */
   pthread_mutex_t live_lock;
-  GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
+  GHashTable *live;          /* HttpConn set, adopted ones only (accepted ones are
+                              * found through the listener); HOLDS: live_lock */
   WeftHttpAccessLog *log;    /* NULL: off */
   gsize coro_stack;          /* stack of coroutine handlers */
   WeftContext *sweep_ctx;    /* the keep-alive sweep's timer, if any */
@@ -206,6 +207,10 @@ void weft_http_resume_body (HttpConn *hc);
 /* What the listener's accept callback does, for a connection made
  * elsewhere (the whole-connection fuzz target). */
 void weft__http_server_adopt (WeftHttpServer *self, WeftConnection *conn);
+/* The connections the server serves and that are not closed yet, for the
+ * tests: accepted ones are found through the listener, adopted ones are
+ * in server->live. Any thread; a snapshot. */
+guint weft__http_server_n_live (WeftHttpServer *self);
 
 /* weft-http-request.c */
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);

@@ -214,9 +214,12 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
       atomic_store (&hc->gone, TRUE);
       stop_timer (hc);
       drop_pending (hc);
-      pthread_mutex_lock (&hc->server->live_lock);
-      g_hash_table_remove (hc->server->live, hc);
-      pthread_mutex_unlock (&hc->server->live_lock);
+      if (!hc->embedded)
+        {
+          pthread_mutex_lock (&hc->server->live_lock);
+          g_hash_table_remove (hc->server->live, hc);
+          pthread_mutex_unlock (&hc->server->live_lock);
+        }
       break;
     }
 }
@@ -608,6 +611,26 @@ keepalive_close_job (gpointer data)
   weft_connection_close (hc->conn);
 }
 
+/* The HttpConn in the allocation of @conn (an accepted connection), on
+ * its context: NULL unless it is set up and open. A closed connection's
+ * HttpConn may be gone (its memory stays with the connection's). */
+static HttpConn *
+embedded_hc (WeftConnection *conn)
+{
+  HttpConn *hc = weft__connection_get_data (conn);
+  if (hc == NULL || weft_connection_is_closed (conn) || g_atomic_int_get (&hc->ref_count) == 0)
+    return NULL; /* (0: on_accept() has not run yet, a TLS handshake goes on) */
+  return hc;
+}
+
+static void
+keepalive_close_conn_job (gpointer data)
+{
+  HttpConn *hc = embedded_hc (data);
+  if (hc != NULL)
+    keepalive_close_job (hc);
+}
+
 static gboolean
 keepalive_sweep (gpointer data)
 {
@@ -618,6 +641,21 @@ keepalive_sweep (gpointer data)
     {
       gint64 limit = (gint64) server->limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS] * 1000;
       gint64 now = g_get_monotonic_time ();
+      /* Accepted connections hold their HttpConn (no set of them: the
+       * listener finds them); only adopted ones are in server->live. An
+       * HttpConn not set up yet reads 0 here, as busy. */
+      GPtrArray *conns = weft__listener_live_connections (server->listener);
+      for (guint i = 0; i < conns->len; i++)
+        {
+          WeftConnection *conn = conns->pdata[i];
+          HttpConn *hc = weft__connection_get_data (conn);
+          gint64 since =
+              hc != NULL ? atomic_load_explicit (&hc->idle_since, memory_order_relaxed) : 0;
+          if (since != 0 && now - since >= limit)
+            weft_context_post (weft_connection_get_context (conn), keepalive_close_conn_job,
+                               weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+        }
+      g_ptr_array_unref (conns);
       pthread_mutex_lock (&server->live_lock);
       GHashTableIter it;
       gpointer key;
@@ -913,6 +951,14 @@ post_wind_down (HttpConn *hc)
                      (GDestroyNotify) weft_http_conn_unref);
 }
 
+static void
+wind_down_conn_job (gpointer data)
+{
+  HttpConn *hc = embedded_hc (data);
+  if (hc != NULL)
+    wind_down_job (hc);
+}
+
 /* TRUE if @data is only CR and LF: empty lines between requests, which
  * RFC 9112 §2.2 lets a server ignore; they begin no request. */
 static gboolean
@@ -1060,15 +1106,23 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
     hc->embedded = TRUE;
   else
     hc = g_new0 (HttpConn, 1);
-  hc->ref_count = 1; /* the event function's */
+  /* Atomic: the sweeps look at it from other threads (embedded_hc()). */
+  g_atomic_int_set (&hc->ref_count, 1); /* the event function's */
   hc->server = weft_http_server_ref (server);
   hc->conn = weft_connection_ref (conn);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
-  pthread_mutex_lock (&server->live_lock);
-  g_hash_table_add (server->live, hc);
-  pthread_mutex_unlock (&server->live_lock);
+  if (!hc->embedded)
+    {
+      pthread_mutex_lock (&server->live_lock);
+      g_hash_table_add (server->live, hc);
+      pthread_mutex_unlock (&server->live_lock);
+    }
   /* Accepted as the shutdown began, after its sweep over the live set:
-   * the lock orders this read after the flag's store. */
+   * the lock (for an embedded HttpConn, the sequentially consistent
+   * marking of its context's tail against the shutdown's store, then its
+   * look at the tails) orders this read after the flag's store. Its job
+   * there may have found the HttpConn not set up yet; two winds-down are
+   * one. */
   if (atomic_load (&server->stopping))
     post_wind_down (hc);
   atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
@@ -1079,6 +1133,24 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   int one = 1;
   setsockopt (weft_connection_get_fd (conn), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   weft_connection_start_reading (conn, on_data, hc, NULL);
+}
+
+guint
+weft__http_server_n_live (WeftHttpServer *self)
+{
+  guint n = 0;
+  GPtrArray *conns = weft__listener_live_connections (self->listener);
+  for (guint i = 0; i < conns->len; i++)
+    {
+      HttpConn *hc = weft__connection_get_data (conns->pdata[i]);
+      if (hc != NULL && g_atomic_int_get (&hc->ref_count) > 0 && !atomic_load (&hc->gone))
+        n++;
+    }
+  g_ptr_array_unref (conns);
+  pthread_mutex_lock (&self->live_lock);
+  n += g_hash_table_size (self->live);
+  pthread_mutex_unlock (&self->live_lock);
+  return n;
 }
 
 /* Serves @conn as if the listener had accepted it: for
@@ -1449,6 +1521,14 @@ weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerD
 {
   g_return_if_fail (self != NULL);
   atomic_store (&self->stopping, TRUE);
+  GPtrArray *conns = weft__listener_live_connections (self->listener);
+  for (guint i = 0; i < conns->len; i++)
+    {
+      WeftConnection *conn = conns->pdata[i];
+      weft_context_post (weft_connection_get_context (conn), wind_down_conn_job,
+                         weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+    }
+  g_ptr_array_unref (conns);
   pthread_mutex_lock (&self->live_lock);
   GHashTableIter it;
   gpointer key;

@@ -15,6 +15,13 @@
  * weft__listener_connection_closed() (it counts live connections). */
 void weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener);
 void weft__listener_connection_closed (WeftListener *self, WeftConnection *conn);
+/* The connections @self accepted that are not freed yet (closed ones too),
+ * each with a reference (the array's free function drops it). Any thread;
+ * the answer is a snapshot: a connection accepted meanwhile may be missing. */
+GPtrArray *weft__listener_live_connections (WeftListener *self);
+/* For weft__engine_foreach_tail(): the connection in @tail with a new
+ * reference if @listener accepted it and its last reference is not gone. */
+WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be

@@ -531,6 +531,29 @@ weft_connection_get_fd (WeftConnection *self)
   return self->closed ? -1 : self->fd;
 }
 
+/* A reference, unless the last one is gone already (the memory of a
+ * connection in a context's tail outlives it): for weft__engine_foreach_tail(). */
+static gboolean
+try_ref (WeftConnection *self)
+{
+  for (;;)
+    {
+      gint refs = g_atomic_int_get (&self->ref_count);
+      if (refs <= 0)
+        return FALSE;
+      if (g_atomic_int_compare_and_exchange (&self->ref_count, refs, refs + 1))
+        return TRUE;
+    }
+}
+
+WeftConnection *
+weft__connection_ref_tail (gpointer tail, WeftListener *listener)
+{
+  WeftConnection *self = tail;
+  /* The listener pointer was written before the tail was marked. */
+  return self->listener == listener && try_ref (self) ? self : NULL;
+}
+
 void
 weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener)
 {
