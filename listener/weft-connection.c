@@ -158,9 +158,12 @@ struct _WeftConnection {
                                * read on to end of file */
   guint sent_since_check : 1; /* the peer took output since the last write check */
   guint stalled_checks : 2;   /* write checks in a row that saw no progress */
-  guint embedded : 1;         /* in its context's tail, with its fd source */
-  guint has_data : 1;         /* and data for its owner after them */
-  ReadMode mode;
+  guint8 mode;                /* ReadMode */
+  /* Set at construction, then read from any thread (the owner's data is
+   * found from other threads: weft__connection_get_data()): bytes of their
+   * own, not bits beside the ones the context writes. */
+  guint8 embedded;            /* in its context's tail, with its fd source */
+  guint8 has_data;            /* and data for its owner after them */
 
   ReadCb reader;
   guint8 *rbuf;               /* unconsumed bytes; NULL when none */
@@ -859,7 +862,7 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
   while (len > 0 && !self->closed && self->mode != READ_NONE)
     {
       gsize used = 0;
-      switch (self->mode)
+      switch ((ReadMode) self->mode)
         {
         case READ_RAW:
           {
