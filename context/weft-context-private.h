@@ -17,9 +17,17 @@ G_BEGIN_DECLS
  * are handed out in sequence, so the identity hash puts each at home:
  * insert, lookup and delete are a few instructions without collisions. */
 typedef struct {
-  guint *keys;
-  gpointer *values;
-  guint mask;       /* capacity - 1; capacity is a power of two */
+  union {
+    struct {
+      guint *keys;
+      gpointer *values;
+    };
+    struct {        /* mask 0: no table, at most one entry (len) here */
+      guint one_key;
+      gpointer one_value;
+    };
+  };
+  guint mask;       /* capacity - 1; capacity is a power of two; 0: no table */
   guint len;
 } WeftIdMap;
 
@@ -41,27 +49,41 @@ typedef enum {
 } WeftSourceKind;
 
 typedef struct _WeftSource WeftSource;
-/* Bytes for the kind and flags: a timeout source is allocated per timeout,
- * and with a million of them every 8 bytes are 2,000 page faults. */
+/* Packed (small fields last, in bytes) because every connection holds an
+ * fd source for as long as it is open, and a timeout source is allocated
+ * per timeout: with a million of them every 8 bytes are 2,000 page faults. */
 struct _WeftSource {
   guint id;
-  guint8 kind;             /* WeftSourceKind */
-  guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
-  guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
-  WeftContext *ctx;        /* not owned: a source never outlives its context's close */
   gint refs;               /* (atomic) fd and signal sources only: registration,
                             * queued node, fd table lookups in flight */
-  guint heap_index;        /* HOLDS: ctx->lock; timeouts only: slot in the
-                            * context's heap, WEFT_HEAP_NONE when in none.
-                            * Here because it fills padding: a timeout
-                            * source is then 64 bytes, one cache line. */
+  WeftContext *ctx;        /* not owned: a source never outlives its context's close */
   gpointer func;
   gpointer user_data;
   GDestroyNotify notify;
+  guint8 kind;             /* WeftSourceKind */
+  guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
+  guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
+  guint8 edge : 1;         /* fd sources: edge-triggered, no re-arm after each
+                            * callback (set before registration) */
+  guint8 embedded : 1;     /* lives in its context's tail: not freed by itself */
+  /* One word for two kinds: a timeout is never queued as a node, an fd or
+   * signal source is in no heap. Sharing it keeps a timeout source 64
+   * bytes (one cache line) and the base 48. */
+  union {
+    atomic_int queued;     /* fd and signal sources: the node is in the inbox
+                            * (for an fd, modify_fd can re-arm early) */
+    guint heap_index;      /* HOLDS: ctx->lock; timeouts: slot in the
+                            * context's heap, WEFT_HEAP_NONE when in none */
+  };
 };
 
 guint weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                             gpointer user_data, GDestroyNotify notify, GError **error);
+/* Same, with the source in @storage: zeroed memory in @self's tail (see
+ * weft__context_new_with_tail()), which the source never frees. */
+guint weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd,
+                               GIOCondition events, WeftFdFunc func, gpointer user_data,
+                               GDestroyNotify notify, GError **error);
 gboolean weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
                                         GError **error);
 
@@ -71,10 +93,8 @@ struct _WeftFdSource {
   int fd;
   guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
   guint32 armed;           /* HOLDS: ctx->lock; the interest epoll has (edge only) */
-  gboolean edge;           /* edge-triggered: no re-arm after each callback */
-  guint64 key;             /* fd table key; 0 once unregistered */
   atomic_uint revents;     /* readiness accumulated for the next callback */
-  atomic_int queued;       /* node is in the inbox (modify_fd can re-arm early) */
+  guint64 key;             /* fd table key; 0 once unregistered */
 };
 
 /* The deadline lives in the heap entry only. */
@@ -94,7 +114,6 @@ typedef struct {
   WeftSource base;
   WeftNode node;
   int signum;
-  atomic_int queued;
 } WeftSignalSource;
 
 /* ---- the context ------------------------------------------------------ */
@@ -102,6 +121,31 @@ typedef struct {
 /* The queue of jobs and bound contexts that a GMainContext runs
  * (weft-gmain.c). */
 typedef struct _WeftMainQueue WeftMainQueue;
+
+/* What a context needs only once it has had a timeout or an idle handler:
+ * made on the first (under the context's lock, before the source is added)
+ * and freed with the context, so a context that never had one, such as an
+ * idle connection's, does not pay for it. Published with a release store;
+ * whoever reaches it through a source, a node or the engine's heap (all
+ * made after it) or under the lock sees it whole. */
+typedef struct {
+  WeftHeap timers;             /* HOLDS: ctx->lock; WeftTimeoutSource */
+  WeftIdleSource *idles;       /* HOLDS: ctx->lock; doubly linked */
+  WeftIdleSource *idles_tail;  /* HOLDS: ctx->lock */
+
+  WeftNode timers_node;        /* kind TIMERS */
+  atomic_int timers_queued;
+  /* The engine's ctx_heap holds the sched, not the context, so the link
+   * costs nothing to contexts that never had a timeout. */
+  WeftHeapLink timer_link;     /* HOLDS: engine->timer_lock; in the engine's ctx_heap */
+  WeftContext *ctx;            /* the context this belongs to */
+
+  WeftNode idle_node;          /* kind IDLE */
+  atomic_int idle_queued;
+} WeftContextSched;
+
+/* Makes ctx->sched if it is missing; HOLDS: ctx->lock. */
+WeftContextSched *weft__context_sched_unlocked (WeftContext *self);
 
 /* The state word. SCHEDULED is the consumer right over both inboxes: its
  * holder alone pops them. It is held by the creator until dispatch, then by
@@ -112,6 +156,9 @@ enum {
   WEFT_CTX_SCHEDULED = 1u << 0,
   WEFT_CTX_ACTIVE = 1u << 1,
   WEFT_CTX_CLOSED = 1u << 2,
+  /* Its tail holds a connection a listener accepted (set once, after the
+   * connection is made): weft__engine_foreach_tail() finds it. */
+  WEFT_CTX_TAIL_CONN = 1u << 3,
 };
 
 /* Laid out by who writes what. Line 0: the scheduling state, written by
@@ -134,33 +181,58 @@ struct _WeftContext {
   WeftMainQueue *main_queue;   /* (owned) (nullable) */
   gint ref_count;              /* (atomic) public references */
   guint max_queued;            /* set before dispatch */
-  /* No cache-line alignment: the padding inside WeftMpsc already keeps
-   * each queue's producer side (head) and consumer side (tail) on
-   * different lines, and an aligned allocation costs idle connections
-   * ~190 bytes each. */
-  WeftMpsc back;               /* post, readiness, timers, signals, idles */
-  WeftMpsc front;              /* post_front */
+  /* No cache-line alignment (an aligned allocation cost idle connections
+   * ~190 bytes each), and the tight layout of the queue: its head and tail
+   * may share a line, 40 bytes less per context. */
+  WeftMpscTight back;          /* post, readiness, timers, signals, idles */
+  /* post_front's queue, made by the first one (few contexts ever get
+   * one): idle connections are counted in bytes. */
+  WeftMpscTight *_Atomic front;
   atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   gboolean idles_due;          /* consumer only */
 
-  WeftMutex lock;
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
   gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
-  WeftHeap timers;             /* HOLDS: lock; WeftTimeoutSource */
-  WeftIdleSource *idles;       /* HOLDS: lock; doubly linked */
-  WeftIdleSource *idles_tail;  /* HOLDS: lock */
-
-  WeftNode timers_node;        /* kind TIMERS */
-  atomic_int timers_queued;
-  WeftHeapLink timer_link;     /* HOLDS: engine->timer_lock; in the engine's ctx_heap */
-
-  WeftNode idle_node;          /* kind IDLE */
-  atomic_int idle_queued;
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
 
   WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
   WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
 };
+
+/* A context followed by @tail_size zeroed bytes in the same allocation, for
+ * objects that live exactly as long as it: a connection and its fd source
+ * (weft-listener.c), so an idle connection is one allocation. Whatever is
+ * put there must hold a reference on the context (public or internal) for
+ * as long as it is used, and must not be freed by itself. */
+WeftContext *weft__context_new_with_tail (WeftEngine *engine, gsize tail_size);
+
+static inline gpointer
+weft__context_tail (WeftContext *self)
+{
+  return (guint8 *) self + sizeof (WeftContext);
+}
+
+/* Marks @self's tail as holding a listener's connection, once it is made
+ * (sequentially consistent, like the state word's other changes). */
+void weft__context_mark_tail_conn (WeftContext *self);
+/* Calls @func with the tail of every context of @engine marked so and not
+ * yet freed, under the engine's context lock: the tail's memory stays
+ * valid meanwhile, but @func may only look and take references, never
+ * post, unref or make a context (they take that lock). This is how a
+ * listener and an HTTP server find their connections without a set of
+ * their own (one hash table entry each, per idle connection). */
+void weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
+                                gpointer data);
+
+/* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
+ * by the context's address (which is fixed, like its engine). */
+static inline WeftMutex *
+weft__context_lock (WeftContext *self)
+{
+  guint h = (guint) ((guintptr) self >> 4) * 0x9E3779B1u; /* Fibonacci hashing */
+  return &self->engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].m;
+}
 
 WeftContext *weft__context_internal_ref (WeftContext *self);
 void weft__context_internal_unref (WeftContext *self);

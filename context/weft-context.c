@@ -39,22 +39,21 @@ weft_context_new (WeftEngine *engine)
 {
   g_return_val_if_fail (engine != NULL, NULL);
   g_return_val_if_fail (!atomic_load (&engine->dead), NULL);
+  return weft__context_new_with_tail (engine, 0);
+}
 
-  WeftContext *self = g_new0 (WeftContext, 1);
+WeftContext *
+weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
+{
+  G_STATIC_ASSERT (sizeof (WeftContext) % sizeof (gpointer) == 0); /* the tail is aligned */
+  WeftContext *self = g_malloc0 (sizeof (WeftContext) + tail_size);
   self->run_node.kind = WEFT_NODE_CONTEXT;
   self->ref_count = 1;
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
   self->engine = weft__engine_internal_ref (engine);
   atomic_init (&self->state, WEFT_CTX_SCHEDULED);
-  weft__mpsc_init (&self->front);
   weft__mpsc_init (&self->back);
-  weft__mutex_init (&self->lock);
   weft__idmap_init (&self->ids);
-  weft__heap_init (&self->timers, G_STRUCT_OFFSET (WeftTimeoutSource, base.heap_index),
-                   G_STRUCT_OFFSET (WeftTimeoutSource, heap_seq));
-  self->timers_node.kind = WEFT_NODE_TIMERS;
-  self->idle_node.kind = WEFT_NODE_IDLE;
-  self->timer_link.index = WEFT_HEAP_NONE;
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
   self->reg_next = engine->contexts;
@@ -63,6 +62,23 @@ weft_context_new (WeftEngine *engine)
   engine->contexts = self;
   weft__mutex_unlock (&engine->ctx_lock);
   return self;
+}
+
+void
+weft__context_mark_tail_conn (WeftContext *self)
+{
+  atomic_fetch_or (&self->state, WEFT_CTX_TAIL_CONN);
+}
+
+void
+weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
+                           gpointer data)
+{
+  weft__mutex_lock (&engine->ctx_lock);
+  for (WeftContext *c = engine->contexts; c != NULL; c = c->reg_next)
+    if (atomic_load (&c->state) & WEFT_CTX_TAIL_CONN)
+      func (weft__context_tail (c), data);
+  weft__mutex_unlock (&engine->ctx_lock);
 }
 
 /* When the engine dies: destroys every context still open, so their
@@ -135,11 +151,19 @@ weft__context_internal_unref (WeftContext *self)
 {
   if (!g_atomic_int_dec_and_test (&self->internal_refs))
     return;
-  g_assert (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back));
-  g_assert (self->ids.len == 0 && self->timers.len == 0 && self->idles == NULL);
+  WeftMpscTight *front = atomic_load (&self->front);
+  WeftContextSched *sched = atomic_load (&self->sched);
+  g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
+            !weft__mpsc_nonempty (&self->back));
+  g_assert (self->ids.len == 0);
+  g_assert (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL));
   weft__idmap_clear (&self->ids);
-  weft__heap_clear (&self->timers);
-  weft__mutex_clear (&self->lock);
+  if (sched != NULL)
+    {
+      weft__heap_clear (&sched->timers);
+      g_free (sched);
+    }
+  g_free (front);
   WeftEngine *engine = self->engine;
   weft__mutex_lock (&engine->ctx_lock);
   if (self->reg_prev != NULL)
@@ -156,6 +180,49 @@ weft__context_internal_unref (WeftContext *self)
   g_free (self);
 }
 
+WeftContextSched *
+weft__context_sched_unlocked (WeftContext *self)
+{
+  WeftContextSched *sched = atomic_load_explicit (&self->sched, memory_order_relaxed);
+  if (G_LIKELY (sched != NULL))
+    return sched;
+  sched = g_new0 (WeftContextSched, 1);
+  weft__heap_init (&sched->timers, G_STRUCT_OFFSET (WeftTimeoutSource, base.heap_index),
+                   G_STRUCT_OFFSET (WeftTimeoutSource, heap_seq));
+  sched->timers_node.kind = WEFT_NODE_TIMERS;
+  sched->idle_node.kind = WEFT_NODE_IDLE;
+  sched->timer_link.index = WEFT_HEAP_NONE;
+  sched->ctx = self;
+  atomic_store_explicit (&self->sched, sched, memory_order_release);
+  return sched;
+}
+
+/* The post_front queue, made by the first push to it (from any thread: the
+ * loser of a race frees its copy). */
+static WeftMpscTight *
+front_queue (WeftContext *self)
+{
+  WeftMpscTight *q = atomic_load (&self->front);
+  if (G_LIKELY (q != NULL))
+    return q;
+  WeftMpscTight *mine = g_new (WeftMpscTight, 1);
+  weft__mpsc_init (mine);
+  if (atomic_compare_exchange_strong (&self->front, &q, mine))
+    return mine;
+  g_free (mine);
+  return q;
+}
+
+/* Whether either inbox holds a node (weft__mpsc_nonempty()). The front
+ * queue's pointer is read sequentially consistent, like the heads: a
+ * poster makes the queue before it pushes and reads the state word. */
+static inline gboolean
+inbox_nonempty (WeftContext *self)
+{
+  WeftMpscTight *front = atomic_load (&self->front);
+  return (front != NULL && weft__mpsc_nonempty (front)) || weft__mpsc_nonempty (&self->back);
+}
+
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and
  * the right was taken back (the caller keeps running or queues the
  * context); FALSE if released, after which @self may be gone. */
@@ -164,7 +231,7 @@ release (WeftContext *self)
 {
   atomic_fetch_and (&self->state, ~WEFT_CTX_SCHEDULED);
   /* Pairs with the poster's push-then-load: we store, then look. */
-  if (!weft__mpsc_nonempty (&self->front) && !weft__mpsc_nonempty (&self->back))
+  if (!inbox_nonempty (self))
     {
       weft__context_internal_unref (self);
       return FALSE;
@@ -199,7 +266,7 @@ weft__context_enqueue (WeftContext *self)
 static inline void
 push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local, gboolean have_ref)
 {
-  weft__mpsc_push (front ? &self->front : &self->back, node);
+  weft__mpsc_push (front ? front_queue (self) : &self->back, node);
 
   /* Whoever holds SCHEDULED will see the node before releasing (see
    * release()); only an idle context needs claiming. */
@@ -239,7 +306,8 @@ weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front, WeftC
 static inline WeftNode *
 pop (WeftContext *self)
 {
-  WeftNode *n = weft__mpsc_pop (&self->front);
+  WeftMpscTight *front = atomic_load_explicit (&self->front, memory_order_acquire);
+  WeftNode *n = front != NULL ? weft__mpsc_pop (front) : NULL;
   return n ? n : weft__mpsc_pop (&self->back);
 }
 
@@ -266,13 +334,13 @@ process (WeftContext *self, WeftNode *n, gboolean drop)
           (WeftSignalSource *) ((char *) n - G_STRUCT_OFFSET (WeftSignalSource, node)), drop);
       break;
     case WEFT_NODE_TIMERS:
-      atomic_store (&self->timers_queued, 0);
+      atomic_store (&atomic_load (&self->sched)->timers_queued, 0);
       if (!drop)
         weft__timeouts_dispatch (self);
       weft__context_internal_unref (self); /* the engine heap's reference */
       break;
     case WEFT_NODE_IDLE:
-      atomic_store (&self->idle_queued, 0);
+      atomic_store (&atomic_load (&self->sched)->idle_queued, 0);
       break;
     default:
       g_assert_not_reached ();
@@ -310,7 +378,7 @@ weft__context_run (WeftContext *self)
             }
           continue;
         }
-      if (weft__mpsc_nonempty (&self->front) || weft__mpsc_nonempty (&self->back))
+      if (inbox_nonempty (self))
         {
           weft__spin_wait (&spins); /* a producer is between its exchange and its link */
           continue;
@@ -337,8 +405,7 @@ weft__context_run_dropping (WeftContext *self)
   do
     {
       WeftNode *n;
-      while ((n = pop (self)) != NULL || weft__mpsc_nonempty (&self->front) ||
-             weft__mpsc_nonempty (&self->back))
+      while ((n = pop (self)) != NULL || inbox_nonempty (self))
         if (n != NULL)
           process (self, n, TRUE);
         else
@@ -396,7 +463,7 @@ close_context (WeftContext *self)
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   weft__idmap_steal_all (&self->ids, all);
   for (guint i = 0; i < all->len; i++)
     {
@@ -405,7 +472,7 @@ close_context (WeftContext *self)
       if (!src->running && weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);
     }
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   /* After the locked section: every schedule happens under the lock after a
    * CLOSED check, so none can follow this. */
   weft__timers_unschedule_context (self->engine, self);

@@ -19,7 +19,7 @@ void
 weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
 {
   atomic_fetch_or (&src->revents, events);
-  if (atomic_exchange (&src->queued, 1))
+  if (atomic_exchange (&src->base.queued, 1))
     {
       /* Already waiting in the inbox (modify_fd re-armed it early). */
       weft__source_unref (&src->base);
@@ -56,7 +56,7 @@ fd_call (WeftSource *base)
   GIOCondition cond = weft__poll_condition_from_events (events);
   /* Only internal edge-triggered owners understand the RDHUP bit: an
    * edge for the peer's shutdown may have come with the data edge. */
-  if (!src->edge)
+  if (!src->base.edge)
     cond &= ~WEFT__IO_RDHUP;
   return ((WeftFdFunc) base->func) (src->fd, cond, base->user_data);
 }
@@ -68,11 +68,12 @@ fd_call (WeftSource *base)
 static int
 arm_unlocked (WeftFdSource *src)
 {
-  if (src->edge && src->armed == src->events)
+  if (src->base.edge && src->armed == src->events)
     return 0;
   src->armed = src->events;
+  gboolean edge = src->base.edge;
   return weft__poll_modify (src->base.ctx->engine->pfd, src->fd,
-                            src->events | (src->edge ? EPOLLET : 0), src->key, !src->edge);
+                            src->events | (edge ? EPOLLET : 0), src->key, !edge);
 }
 
 static void
@@ -88,7 +89,7 @@ fd_rearm_unlocked (WeftSource *base)
 void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
-  atomic_store (&src->queued, 0);
+  atomic_store (&src->base.queued, 0);
   weft__source_dispatch_queued (&src->base, drop, fd_call, fd_rearm_unlocked);
 }
 
@@ -143,7 +144,16 @@ guint
 weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                       gpointer user_data, GDestroyNotify notify, GError **error)
 {
-  WeftFdSource *src = g_new0 (WeftFdSource, 1);
+  return weft__context_add_fd_in (self, NULL, fd, events, func, user_data, notify, error);
+}
+
+guint
+weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOCondition events,
+                         WeftFdFunc func, gpointer user_data, GDestroyNotify notify,
+                         GError **error)
+{
+  WeftFdSource *src = storage != NULL ? storage : g_new0 (WeftFdSource, 1);
+  src->base.embedded = storage != NULL;
   src->base.kind = WEFT_SOURCE_FD;
   src->base.func = (gpointer) func;
   src->base.user_data = user_data;
@@ -151,25 +161,26 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
   src->node.kind = WEFT_NODE_FD;
   src->base.refs = 1; /* the registration */
   src->fd = fd;
-  src->edge = (events & WEFT__IO_EDGE) != 0;
+  src->base.edge = (events & WEFT__IO_EDGE) != 0;
   src->events = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
   src->armed = src->events;
 
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &src->base);
   if (id == 0)
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
-      g_free (src);
+      if (storage == NULL)
+        g_free (src);
       return 0;
     }
   WeftEngine *engine = self->engine;
   src->key = weft__fdtable_insert (engine->fdtable, src);
-  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->edge ? EPOLLET : 0),
-                                     src->key, !src->edge)
+  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->base.edge ? EPOLLET : 0),
+                                     src->key, !src->base.edge)
                    : -EMFILE;
   if (r < 0)
     {
@@ -177,12 +188,12 @@ weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFun
         weft__fdtable_clear (engine->fdtable, src->key);
       src->key = 0;
       weft__context_drop_idmap_unlocked (self, &src->base);
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       set_poll_error (error, fd, -r);
       weft__source_unref (&src->base);
       return 0;
     }
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   return id;
 }
 
@@ -216,11 +227,11 @@ gboolean
 weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events, GError **error)
 {
   int r = 0;
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   WeftSource *base = weft__idmap_lookup (&self->ids, id);
   if (base == NULL || base->kind != WEFT_SOURCE_FD)
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "no fd source with id %u", id);
       return FALSE;
     }
@@ -229,7 +240,7 @@ weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
   src->events = weft__poll_events_from_condition (events);
   if (!base->running)
     r = arm_unlocked (src);
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   if (r < 0)
     {
       set_poll_error (error, fd, -r);

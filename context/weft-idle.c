@@ -10,15 +10,15 @@
 gboolean
 weft__idle_detach_unlocked (WeftIdleSource *idle)
 {
-  WeftContext *ctx = idle->base.ctx;
+  WeftContextSched *sched = atomic_load_explicit (&idle->base.ctx->sched, memory_order_relaxed);
   if (idle->prev != NULL)
     idle->prev->next = idle->next;
   else
-    ctx->idles = idle->next;
+    sched->idles = idle->next;
   if (idle->next != NULL)
     idle->next->prev = idle->prev;
   else
-    ctx->idles_tail = idle->prev;
+    sched->idles_tail = idle->prev;
   idle->prev = idle->next = NULL;
   return TRUE;
 }
@@ -28,17 +28,23 @@ weft__idles_dispatch (WeftContext *ctx)
 {
   GSList *dead = NULL;
 
-  weft__mutex_lock (&ctx->lock);
+  /* No idle handler was ever added: nothing to look at (and no lock). A
+   * handler added by another thread pushes a node after making sched, and
+   * this runs after the pop of a node. */
+  WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
+  if (sched == NULL)
+    return;
+  weft__mutex_lock (weft__context_lock (ctx));
   /* Handlers added during this pass are appended and run in it too. */
-  for (WeftIdleSource *idle = ctx->idles; idle != NULL;)
+  for (WeftIdleSource *idle = sched->idles; idle != NULL;)
     {
       idle->base.running = TRUE;
-      weft__mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_job ();
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
-      weft__mutex_lock (&ctx->lock);
+      weft__mutex_lock (weft__context_lock (ctx));
       idle->base.running = FALSE;
       WeftIdleSource *next = idle->next; /* read under the lock, after the call */
       if (!idle->base.removed && !keep)
@@ -52,7 +58,7 @@ weft__idles_dispatch (WeftContext *ctx)
         }
       idle = next;
     }
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
   for (GSList *l = dead; l != NULL; l = l->next)
     weft__source_finalize (l->data);
   g_slist_free (dead);
@@ -87,26 +93,27 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   idle->base.user_data = user_data;
   idle->base.notify = notify;
 
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &idle->base);
   if (id == 0)
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       if (notify != NULL)
         notify (user_data);
       g_free (idle);
       return 0;
     }
-  idle->prev = self->idles_tail;
-  if (self->idles_tail != NULL)
-    self->idles_tail->next = idle;
+  WeftContextSched *sched = weft__context_sched_unlocked (self);
+  idle->prev = sched->idles_tail;
+  if (sched->idles_tail != NULL)
+    sched->idles_tail->next = idle;
   else
-    self->idles = idle;
-  self->idles_tail = idle;
-  weft__mutex_unlock (&self->lock);
+    sched->idles = idle;
+  sched->idles_tail = idle;
+  weft__mutex_unlock (weft__context_lock (self));
 
   /* Make the context run once so the new handler gets its first turn. */
-  if (!atomic_exchange (&self->idle_queued, 1))
-    weft__context_push (self, &self->idle_node, FALSE, NULL);
+  if (!atomic_exchange (&sched->idle_queued, 1))
+    weft__context_push (self, &sched->idle_node, FALSE, NULL);
   return id;
 }

@@ -5,14 +5,15 @@
 #include "weft-context-private.h"
 
 /* Most contexts hold one or two sources (a connection's fd and a timeout):
- * start small, since idle connections are counted in bytes. */
+ * the first lives in the map itself (mask 0: no table), and the table
+ * starts small, since idle connections are counted in bytes. */
 #define MIN_CAP 4
 
 void
 weft__idmap_init (WeftIdMap *map)
 {
-  map->keys = NULL;
-  map->values = NULL;
+  map->one_key = 0;
+  map->one_value = NULL;
   map->mask = 0;
   map->len = 0;
 }
@@ -20,7 +21,8 @@ weft__idmap_init (WeftIdMap *map)
 void
 weft__idmap_clear (WeftIdMap *map)
 {
-  g_free (map->values); /* one block with the keys */
+  if (map->mask != 0)
+    g_free (map->values); /* one block with the keys */
   weft__idmap_init (map);
 }
 
@@ -61,14 +63,20 @@ place (WeftIdMap *map, guint key, gpointer value)
     }
 }
 
+/* Makes the first table (MIN_CAP) and moves the inline entry into it. */
 static void
-alloc_empty (WeftIdMap *map, guint cap)
+alloc_first (WeftIdMap *map)
 {
+  guint one_key = map->one_key; /* (read before the table overwrites them) */
+  gpointer one_value = map->one_value;
+
   /* Values then keys in one block: one allocation per map. */
-  map->values = g_malloc (cap * (sizeof (gpointer) + sizeof (guint)));
-  map->keys = (guint *) (map->values + cap);
-  memset (map->keys, 0, cap * sizeof (guint));
-  map->mask = cap - 1;
+  map->values = g_malloc (MIN_CAP * (sizeof (gpointer) + sizeof (guint)));
+  map->keys = (guint *) (map->values + MIN_CAP);
+  memset (map->keys, 0, MIN_CAP * sizeof (guint));
+  map->mask = MIN_CAP - 1;
+  if (map->len == 1)
+    place (map, one_key, one_value);
 }
 
 /* Doubles the table in place. realloc extends a large block without
@@ -127,9 +135,16 @@ grow (WeftIdMap *map)
 void
 weft__idmap_insert (WeftIdMap *map, guint key, gpointer value)
 {
+  if (map->mask == 0 && map->len == 0)
+    {
+      map->one_key = key;
+      map->one_value = value;
+      map->len = 1;
+      return;
+    }
   /* Keep the load under 1/2 so probe runs stay short. */
-  if (G_UNLIKELY (map->keys == NULL))
-    alloc_empty (map, MIN_CAP);
+  if (G_UNLIKELY (map->mask == 0))
+    alloc_first (map);
   else if (G_UNLIKELY (2 * (map->len + 1) > map->mask + 1))
     grow (map);
   place (map, key, value);
@@ -139,7 +154,7 @@ weft__idmap_insert (WeftIdMap *map, guint key, gpointer value)
 static gint
 find (WeftIdMap *map, guint key)
 {
-  if (map->keys == NULL || key == 0)
+  if (map->mask == 0 || key == 0)
     return -1;
   for (guint i = key & map->mask, d = 0;; i = (i + 1) & map->mask, d++)
     {
@@ -155,6 +170,8 @@ find (WeftIdMap *map, guint key)
 gpointer
 weft__idmap_lookup (WeftIdMap *map, guint key)
 {
+  if (map->mask == 0)
+    return key != 0 && map->len == 1 && map->one_key == key ? map->one_value : NULL;
   gint i = find (map, key);
   return i < 0 ? NULL : map->values[i];
 }
@@ -162,6 +179,14 @@ weft__idmap_lookup (WeftIdMap *map, guint key)
 gpointer
 weft__idmap_remove (WeftIdMap *map, guint key)
 {
+  if (map->mask == 0)
+    {
+      if (key == 0 || map->len == 0 || map->one_key != key)
+        return NULL;
+      gpointer one = map->one_value;
+      weft__idmap_init (map);
+      return one;
+    }
   gint at = find (map, key);
   if (at < 0)
     return NULL;
@@ -185,7 +210,9 @@ weft__idmap_remove (WeftIdMap *map, guint key)
 void
 weft__idmap_steal_all (WeftIdMap *map, GPtrArray *out)
 {
-  for (guint i = 0; map->keys != NULL && i <= map->mask; i++)
+  if (map->mask == 0 && map->len == 1)
+    g_ptr_array_add (out, map->one_value);
+  for (guint i = 0; map->mask != 0 && i <= map->mask; i++)
     if (map->keys[i] != 0)
       g_ptr_array_add (out, map->values[i]);
   weft__idmap_clear (map);

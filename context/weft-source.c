@@ -58,9 +58,13 @@ weft__source_unref (WeftSource *source)
   if (!g_atomic_int_dec_and_test (&source->refs))
     return;
   WeftContext *ctx = source->ctx;
+  gboolean embedded = source->embedded;
   weft__source_call_notify (source);
-  g_free (source);
-  weft__context_internal_unref (ctx); /* taken in weft__context_add_source_unlocked */
+  if (!embedded)
+    g_free (source);
+  /* Taken in weft__context_add_source_unlocked; an embedded source's
+   * memory may go with it. */
+  weft__context_internal_unref (ctx);
 }
 
 void
@@ -69,21 +73,21 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (
 {
   WeftContext *ctx = src->ctx;
 
-  weft__mutex_lock (&ctx->lock);
+  weft__mutex_lock (weft__context_lock (ctx));
   if (drop || src->removed)
     {
-      weft__mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (weft__context_lock (ctx));
       weft__source_unref (src); /* the node's reference */
       return;
     }
   src->running = TRUE;
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
 
   weft__worker_count_job ();
   gboolean keep = call (src);
 
   gboolean finalize = FALSE;
-  weft__mutex_lock (&ctx->lock);
+  weft__mutex_lock (weft__context_lock (ctx));
   src->running = FALSE;
   if (!src->removed && !keep)
     weft__context_drop_idmap_unlocked (ctx, src);
@@ -91,7 +95,7 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (
     finalize = weft__source_detach_unlocked (src);
   else if (rearm_unlocked != NULL)
     rearm_unlocked (src);
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
   if (finalize)
     weft__source_finalize (src);
   weft__source_unref (src);
@@ -155,7 +159,7 @@ weft_context_remove (WeftContext *self, guint id)
   g_return_val_if_fail (id > 0, FALSE);
 
   gboolean finalize = FALSE;
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   WeftSource *src = weft__idmap_remove (&self->ids, id);
   if (src != NULL)
     {
@@ -163,7 +167,7 @@ weft_context_remove (WeftContext *self, guint id)
       if (!src->running)
         finalize = weft__source_detach_unlocked (src);
     }
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   if (finalize)
     weft__source_finalize (src);
   return src != NULL;

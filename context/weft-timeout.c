@@ -15,7 +15,8 @@ gboolean
 weft__timeout_detach_unlocked (WeftTimeoutSource *t)
 {
   if (t->base.heap_index != WEFT_HEAP_NONE)
-    weft__heap_remove (&t->base.ctx->timers, t->base.heap_index);
+    weft__heap_remove (&atomic_load_explicit (&t->base.ctx->sched, memory_order_relaxed)->timers,
+                       t->base.heap_index);
   /* If it was the earliest, the engine entry fires early, finds nothing
    * due and re-registers the true earliest: cheaper than a lock here. */
   return TRUE;
@@ -28,35 +29,36 @@ weft__timeouts_dispatch (WeftContext *ctx)
 {
   gint64 now = weft__now_ns ();
   guint budget = WEFT_TIMEOUT_BUDGET;
+  WeftContextSched *sched = atomic_load (&ctx->sched); /* made before the node was queued */
 
-  weft__mutex_lock (&ctx->lock);
+  weft__mutex_lock (weft__context_lock (ctx));
   for (;;)
     {
-      WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+      WeftHeapEntry *top = weft__heap_peek (&sched->timers);
       if (top == NULL || top->deadline > now)
         break;
       if (budget-- == 0)
         {
           /* More are due: queue the timers node again behind what else is
            * waiting, so a burst of due timeouts cannot hold the worker. */
-          if (!atomic_exchange (&ctx->timers_queued, 1))
+          if (!atomic_exchange (&sched->timers_queued, 1))
             {
               weft__context_internal_ref (ctx); /* held by the queued node */
-              weft__context_push (ctx, &ctx->timers_node, FALSE, NULL);
+              weft__context_push (ctx, &sched->timers_node, FALSE, NULL);
             }
-          weft__mutex_unlock (&ctx->lock);
+          weft__mutex_unlock (weft__context_lock (ctx));
           return;
         }
       WeftTimeoutSource *t = top->item;
       gint64 deadline = top->deadline;
-      weft__heap_remove (&ctx->timers, 0);
+      weft__heap_remove (&sched->timers, 0);
       t->base.running = TRUE;
-      weft__mutex_unlock (&ctx->lock);
+      weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_timer ();
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
-      weft__mutex_lock (&ctx->lock);
+      weft__mutex_lock (weft__context_lock (ctx));
       t->base.running = FALSE;
       if (!t->base.removed && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
@@ -69,9 +71,9 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__cache_free (WEFT_CACHE_TIMEOUT, t);
               continue;
             }
-          weft__mutex_unlock (&ctx->lock);
+          weft__mutex_unlock (weft__context_lock (ctx));
           weft__source_finalize (&t->base);
-          weft__mutex_lock (&ctx->lock);
+          weft__mutex_lock (weft__context_lock (ctx));
           continue;
         }
       /* Repeat one interval after the previous deadline, so the period does
@@ -80,12 +82,12 @@ weft__timeouts_dispatch (WeftContext *ctx)
       deadline += t->interval;
       if (deadline <= now)
         deadline = now + MAX (t->interval, 1);
-      weft__heap_insert (&ctx->timers, deadline, t);
+      weft__heap_insert (&sched->timers, deadline, t);
     }
-  WeftHeapEntry *top = weft__heap_peek (&ctx->timers);
+  WeftHeapEntry *top = weft__heap_peek (&sched->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
-  weft__mutex_unlock (&ctx->lock);
+  weft__mutex_unlock (weft__context_lock (ctx));
 }
 
 static guint
@@ -103,20 +105,20 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.heap_index = WEFT_HEAP_NONE;
   gint64 deadline = weft__now_ns () + interval;
 
-  weft__mutex_lock (&self->lock);
+  weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &t->base);
   if (G_UNLIKELY (id == 0))
     {
-      weft__mutex_unlock (&self->lock);
+      weft__mutex_unlock (weft__context_lock (self));
       if (notify != NULL)
         notify (user_data);
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
       return 0;
     }
-  weft__heap_insert (&self->timers, deadline, t);
+  weft__heap_insert (&weft__context_sched_unlocked (self)->timers, deadline, t);
   if (t->base.heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, deadline);
-  weft__mutex_unlock (&self->lock);
+  weft__mutex_unlock (weft__context_lock (self));
   return id;
 }
 

@@ -145,6 +145,14 @@ gint64 weft__now_ns (void);
 
 /* ---- the engine ------------------------------------------------------- */
 
+#define WEFT_CTX_LOCK_BITS 8
+#define WEFT_CTX_LOCK_STRIPES (1u << WEFT_CTX_LOCK_BITS)
+
+/* A mutex on a cache line of its own. */
+typedef struct {
+  WeftMutex m;
+} __attribute__ ((aligned (64))) WeftMutexStripe;
+
 typedef struct _WeftWorker WeftWorker;
 /* An engine driven by a GMainContext instead of worker threads
  * (context/weft-gmain.c). */
@@ -200,6 +208,13 @@ struct _WeftEngine {
 
   WeftFdTable *fdtable;
 
+  /* The contexts' locks: a context hashes to one of these stripes
+   * (weft__context_lock()) instead of holding a mutex of its own, 40 bytes
+   * that every idle connection paid for. A context's lock is only held for
+   * a few pointer moves and never while another context's lock is held,
+   * so sharing a stripe costs at most a short wait. */
+  WeftMutexStripe *ctx_locks;  /* (owned) WEFT_CTX_LOCK_STRIPES */
+
   /* Every context not yet freed, so that the engine's death can destroy
    * them (their sources hold the last references of connections). */
   WeftMutex ctx_lock;
@@ -207,7 +222,7 @@ struct _WeftEngine {
 
   /* Timers: one heap entry per context, keyed by its earliest deadline. */
   WeftMutex timer_lock;
-  WeftHeap ctx_heap;        /* HOLDS: timer_lock */
+  WeftHeap ctx_heap;        /* HOLDS: timer_lock; items are WeftContextSched */
   int timer_fd;
   int timer_fd_errno;       /* why timerfd_create failed, for weft_engine_new */
   gint64 timer_armed;       /* HOLDS: timer_lock; deadline the timerfd is set to */

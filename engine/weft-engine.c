@@ -61,6 +61,10 @@ weft__engine_new_unstarted (guint n_workers, GError **error)
   weft__mpsc_init (&self->runq);
   weft__mutex_init (&self->lock);
   weft__mutex_init (&self->ctx_lock);
+  self->ctx_locks = g_aligned_alloc0 (WEFT_CTX_LOCK_STRIPES, sizeof (WeftMutexStripe),
+                                      G_ALIGNOF (WeftMutexStripe));
+  for (guint i = 0; i < WEFT_CTX_LOCK_STRIPES; i++)
+    weft__mutex_init (&self->ctx_locks[i].m);
   weft__cond_init (&self->cond);
   self->n_workers = n_workers ? n_workers : (guint) g_get_num_processors ();
   self->fdtable = weft__fdtable_new ();
@@ -139,6 +143,9 @@ weft__engine_internal_unref (WeftEngine *self)
     close (self->stop_fd);
   weft__mutex_clear (&self->lock);
   weft__mutex_clear (&self->ctx_lock);
+  for (guint i = 0; i < WEFT_CTX_LOCK_STRIPES; i++)
+    weft__mutex_clear (&self->ctx_locks[i].m);
+  g_aligned_free (self->ctx_locks);
   weft__cond_clear (&self->cond);
   if (self->bridge != NULL)
     weft__gmain_bridge_free (self->bridge);
@@ -185,7 +192,7 @@ weft_engine_unref (WeftEngine *self)
       WeftHeapEntry *top = weft__heap_peek (&self->ctx_heap);
       if (top != NULL)
         {
-          ctx = top->item;
+          ctx = ((WeftContextSched *) top->item)->ctx; /* items are scheds */
           weft__heap_remove (&self->ctx_heap, 0);
         }
       weft__mutex_unlock (&self->timer_lock);

@@ -28,9 +28,9 @@ typedef enum {
   WEFT_NODE_JOB,      /* a WeftJob from the job cache */
   WEFT_NODE_CONTEXT,  /* WeftContext.run_node, on the engine run queue */
   WEFT_NODE_FD,       /* WeftFdSource.node: readiness to deliver */
-  WEFT_NODE_TIMERS,   /* WeftContext.timers_node: some timeouts are due */
+  WEFT_NODE_TIMERS,   /* WeftContextSched.timers_node: some timeouts are due */
   WEFT_NODE_SIGNAL,   /* WeftSignalSource.node: a signal arrived */
-  WEFT_NODE_IDLE,     /* WeftContext.idle_node: an idle was added */
+  WEFT_NODE_IDLE,     /* WeftContextSched.idle_node: an idle was added */
 } WeftNodeKind;
 
 struct _WeftNode {
@@ -39,30 +39,48 @@ struct _WeftNode {
   guint32 flags;      /* WEFT_JOB_*: used by job nodes */
 };
 
+/* Two layouts of the same queue, used through the same macros below (they
+ * only name the members head, stub and tail). WeftMpsc keeps the head and
+ * the tail 64 bytes apart, so producers and the consumer never share a
+ * cache line over them: the engine's run queues, where many threads post
+ * while a worker pops. WeftMpscTight packs them into 32 bytes: a context's
+ * inbox, which every idle connection holds, and whose producer is most
+ * often the worker that also runs it. */
 typedef struct {
   WeftNode *_Atomic head;   /* producers exchange here */
-  char pad_[64 - sizeof (void *)];
-  WeftNode *_Atomic tail;   /* written by the consumer only; see _nonempty */
   WeftNode stub;
+  char pad_[64 - sizeof (void *) - sizeof (WeftNode)];
+  WeftNode *_Atomic tail;   /* written by the consumer only; see _nonempty */
 } WeftMpsc;
 
+typedef struct {
+  WeftNode *_Atomic head;
+  WeftNode stub;
+  WeftNode *_Atomic tail;
+} WeftMpscTight;
+
+#define weft__mpsc_init(q) weft__mpsc_init_at (&(q)->head, &(q)->tail, &(q)->stub)
+#define weft__mpsc_push(q, n) weft__mpsc_push_at (&(q)->head, (n))
+#define weft__mpsc_nonempty(q) weft__mpsc_nonempty_at (&(q)->head, &(q)->tail, &(q)->stub)
+#define weft__mpsc_pop(q) weft__mpsc_pop_at (&(q)->head, &(q)->tail, &(q)->stub, (q))
+
 static inline void
-weft__mpsc_init (WeftMpsc *q)
+weft__mpsc_init_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNode *stub)
 {
-  atomic_store_explicit (&q->stub.next, NULL, memory_order_relaxed);
-  q->stub.kind = WEFT_NODE_STUB;
-  atomic_store_explicit (&q->head, &q->stub, memory_order_relaxed);
-  atomic_store_explicit (&q->tail, &q->stub, memory_order_relaxed);
+  atomic_store_explicit (&stub->next, NULL, memory_order_relaxed);
+  stub->kind = WEFT_NODE_STUB;
+  atomic_store_explicit (head, stub, memory_order_relaxed);
+  atomic_store_explicit (tail, stub, memory_order_relaxed);
 }
 
 /* Pushes @n (any thread). The exchange is
  * sequentially consistent: a producer's following load of a state word is
  * ordered after its push (the Dekker pairing with the consumer's release). */
 static inline void
-weft__mpsc_push (WeftMpsc *q, WeftNode *n)
+weft__mpsc_push_at (WeftNode *_Atomic *head, WeftNode *n)
 {
   atomic_store_explicit (&n->next, NULL, memory_order_relaxed);
-  WeftNode *prev = atomic_exchange_explicit (&q->head, n, memory_order_seq_cst);
+  WeftNode *prev = atomic_exchange_explicit (head, n, memory_order_seq_cst);
   atomic_store_explicit (&prev->next, n, memory_order_release);
 }
 
@@ -76,43 +94,44 @@ weft__mpsc_push (WeftMpsc *q, WeftNode *n)
  * seeing it still scheduled, left them to it. Exact for the consumer; any
  * other thread may ask, and gets a hint (the tail is the consumer's). */
 static inline gboolean
-weft__mpsc_nonempty (WeftMpsc *q)
+weft__mpsc_nonempty_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNode *stub)
 {
-  return atomic_load_explicit (&q->head, memory_order_seq_cst) != &q->stub ||
-         atomic_load_explicit (&q->tail, memory_order_relaxed) != &q->stub;
+  return atomic_load_explicit (head, memory_order_seq_cst) != stub ||
+         atomic_load_explicit (tail, memory_order_relaxed) != stub;
 }
 
 /* Pops the oldest node. NULL when empty, or while a producer is between its
- * exchange and its link store; weft__mpsc_nonempty() tells the two apart. */
+ * exchange and its link store; weft__mpsc_nonempty() tells the two apart.
+ * @q: the queue, for the test seam only. */
 static inline WeftNode *
-weft__mpsc_pop (WeftMpsc *q)
+weft__mpsc_pop_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tailp, WeftNode *stub, void *q)
 {
   /* Relaxed: the consumer is the only writer of the tail; other threads
    * read it only in weft__mpsc_nonempty(). */
-  WeftNode *tail = atomic_load_explicit (&q->tail, memory_order_relaxed);
+  WeftNode *tail = atomic_load_explicit (tailp, memory_order_relaxed);
   WeftNode *next = atomic_load_explicit (&tail->next, memory_order_acquire);
 
-  if (tail == &q->stub)
+  if (tail == stub)
     {
       if (next == NULL)
         return NULL;
-      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
+      atomic_store_explicit (tailp, next, memory_order_relaxed);
       tail = next;
       next = atomic_load_explicit (&next->next, memory_order_acquire);
     }
   if (next != NULL)
     {
-      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
+      atomic_store_explicit (tailp, next, memory_order_relaxed);
       return tail;
     }
-  if (tail != atomic_load_explicit (&q->head, memory_order_acquire))
+  if (tail != atomic_load_explicit (head, memory_order_acquire))
     return NULL;
   WEFT__MPSC_BEFORE_STUB_PUSH (q);
-  weft__mpsc_push (q, &q->stub);
+  weft__mpsc_push_at (head, stub);
   next = atomic_load_explicit (&tail->next, memory_order_acquire);
   if (next != NULL)
     {
-      atomic_store_explicit (&q->tail, next, memory_order_relaxed);
+      atomic_store_explicit (tailp, next, memory_order_relaxed);
       return tail;
     }
   return NULL;

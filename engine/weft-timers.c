@@ -183,7 +183,8 @@ void
 weft__timers_init (WeftEngine *self)
 {
   weft__mutex_init (&self->timer_lock);
-  weft__heap_init_link (&self->ctx_heap, WeftContext, timer_link);
+  /* Items are WeftContextSched, which hold the link (see there). */
+  weft__heap_init_link (&self->ctx_heap, WeftContextSched, timer_link);
   self->timer_fd = timerfd_create (CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   self->timer_fd_errno = self->timer_fd < 0 ? errno : 0;
   self->timer_armed = G_MAXINT64;
@@ -233,21 +234,23 @@ rearm_unlocked (WeftEngine *self)
 void
 weft__timers_schedule_context (WeftEngine *self, WeftContext *ctx, gint64 deadline)
 {
+  /* (Called under the context's lock, which made sched.) */
+  WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_relaxed);
   weft__mutex_lock (&self->timer_lock);
-  if (ctx->timer_link.index != WEFT_HEAP_NONE)
+  if (sched->timer_link.index != WEFT_HEAP_NONE)
     {
-      WeftHeapEntry *e = &self->ctx_heap.v[ctx->timer_link.index];
+      WeftHeapEntry *e = &self->ctx_heap.v[sched->timer_link.index];
       if (e->deadline <= deadline)
         {
           /* Already due earlier: it will look again when that fires. */
           weft__mutex_unlock (&self->timer_lock);
           return;
         }
-      weft__heap_remove (&self->ctx_heap, ctx->timer_link.index);
+      weft__heap_remove (&self->ctx_heap, sched->timer_link.index);
     }
   else
     weft__context_internal_ref (ctx); /* held by the heap entry */
-  weft__heap_insert (&self->ctx_heap, deadline, ctx);
+  weft__heap_insert (&self->ctx_heap, deadline, sched);
   if (wake_time (self, deadline) < self->timer_armed)
     rearm_unlocked (self);
   weft__mutex_unlock (&self->timer_lock);
@@ -257,10 +260,15 @@ void
 weft__timers_unschedule_context (WeftEngine *self, WeftContext *ctx)
 {
   gboolean was = FALSE;
+  /* Called after the context's locked close: no timeout can make sched
+   * any more, and one made before is seen through that lock. */
+  WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
+  if (sched == NULL)
+    return; /* never had a timeout */
   weft__mutex_lock (&self->timer_lock);
-  if (ctx->timer_link.index != WEFT_HEAP_NONE)
+  if (sched->timer_link.index != WEFT_HEAP_NONE)
     {
-      weft__heap_remove (&self->ctx_heap, ctx->timer_link.index);
+      weft__heap_remove (&self->ctx_heap, sched->timer_link.index);
       was = TRUE;
     }
   weft__mutex_unlock (&self->timer_lock);
@@ -283,7 +291,7 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
       while (n < G_N_ELEMENTS (due) && (top = weft__heap_peek (&self->ctx_heap)) != NULL &&
              top->deadline <= now)
         {
-          due[n++] = top->item;
+          due[n++] = ((WeftContextSched *) top->item)->ctx;
           weft__heap_remove (&self->ctx_heap, 0);
         }
       /* The timerfd has fired, and a fired one-shot timer is disarmed: set
@@ -298,8 +306,9 @@ weft__timers_expire (WeftEngine *self, WeftContext **local)
         {
           WeftContext *ctx = due[i];
           /* The heap's reference moves to the queued node, or is dropped. */
-          if (!atomic_exchange (&ctx->timers_queued, 1))
-            weft__context_push_ref (ctx, &ctx->timers_node, FALSE, local);
+          WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_relaxed);
+          if (!atomic_exchange (&sched->timers_queued, 1))
+            weft__context_push_ref (ctx, &sched->timers_node, FALSE, local);
           else
             weft__context_internal_unref (ctx);
         }

@@ -35,7 +35,8 @@ struct _WeftHttpServer {
   _Atomic guint64 latency[WEFT_HTTP_LATENCY_BUCKETS];
   atomic_bool stopping;      /* no more keep-alive: close after each answer */
   pthread_mutex_t live_lock;
-  GHashTable *live;          /* HttpConn set; HOLDS: live_lock */
+  GHashTable *live;          /* HttpConn set, adopted ones only (accepted ones are
+                              * found through the listener); HOLDS: live_lock */
   WeftHttpAccessLog *log;    /* NULL: off */
   gsize coro_stack;          /* stack of coroutine handlers */
   WeftContext *sweep_ctx;    /* the keep-alive sweep's timer, if any */
@@ -109,55 +110,70 @@ struct _WeftHttpRequest {
   gpointer body_data;
   GDestroyNotify body_notify;
   gboolean body_done;
+
+  /* The body arriving, while this is hc->reading (weft-http-server.c). */
+  gboolean in_chunked;
+  guint64 in_left;
+  guint64 in_bytes;
+  gint64 in_start_us;
+  gint64 in_last_us;
+  GByteArray *in_body;      /* a body read whole, not streamed */
+  WeftHttpChunked in_dec;
 };
 
+/* One per connection, kept while it is idle: what only a request being
+ * read needs (its body's progress) lives in that request, and the flags
+ * are bits (all written on the connection's context only, except gone and
+ * idle_since), so that idle keep-alive connections cost little memory. */
 struct _HttpConn {
   gint ref_count;
+  guint n_pending;
   WeftHttpServer *server;
-  WeftConnection *conn;
-  WeftContext *ctx;
+  WeftConnection *conn;     /* its context is the connection's: weft_http_conn_ctx() */
   WeftHttpRequest *pending_head; /* requests, oldest first, one ref each, */
   WeftHttpRequest *pending_tail; /* linked through their next */
-  guint n_pending;
   WeftHttpRequest *reading; /* the newest request, while its body arrives */
-  guint64 body_left;
-  gboolean chunked;
-  WeftHttpChunked dec;
-  GByteArray *body;
-  guint timer;              /* header timeout, then body checks */
-  gint64 body_start_us;
-  gint64 body_last_us;
-  guint64 body_bytes;
-  _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
-  atomic_bool silent;       /* no byte read yet: the sweep holds it to the
-                             * header timeout (idle_limit_us()) */
-  gboolean closing;         /* read no more; close after the queued answers */
-  gboolean draining;        /* shutdown: finish the request begun, then close */
-  gboolean drain_taken;     /* draining: the last request's head is taken */
-  gboolean unparsed;        /* on_data left bytes of a head begun (more than
-                             * empty lines) for later */
-  gboolean flush_posted;    /* a flush_job is queued (answers made on the context) */
   WeftHttpRequest *inline_req; /* its coroutine handler runs inline, in
                                 * dispatch (as a callback handler would) */
   struct _HttpBatch *batch; /* in on_data, around a bodiless request's
                              * dispatch: the read being parsed, which its
                              * coroutine handler may go on with */
-  gboolean input_unread;    /* closing after refusing input still on its way:
-                             * linger whether or not it has arrived yet */
-  gboolean head_refused;    /* the head being parsed (or refused) is a HEAD
-                             * request's: a refusal of it has no content */
-  gboolean closed;
-  atomic_bool gone;         /* closed, readable from any thread */
-  gboolean paused;          /* reading stopped: too many unanswered requests */
-  gboolean body_paused;     /* reading stopped: a streamed body not wanted yet */
-  gboolean write_paused;    /* parsing stopped: the answers queued are above
-                             * the write queue's high water mark (until DRAINED) */
-  gboolean held;            /* a pause holds bytes read but not parsed; on_data()
-                             * gets them when it resumes */
-  gboolean input_ended;     /* the peer's end came while bytes were held */
   WeftHttpRequest *active;  /* a stream at the head, head written, not done */
+  _Atomic gint64 idle_since; /* 0: busy; read by the keep-alive sweep */
+  guint timer;              /* header timeout, then body checks */
+  atomic_bool gone;         /* closed, readable from any thread */
+  atomic_bool silent;       /* no byte read yet: the sweep holds it to the
+                             * header timeout (idle_limit_us()); read from
+                             * the sweep's thread, so a byte, not a bit */
+  guint closing : 1;        /* read no more; close after the queued answers */
+  guint draining : 1;       /* shutdown: finish the request begun, then close */
+  guint drain_taken : 1;    /* draining: the last request's head is taken */
+  guint unparsed : 1;       /* on_data left bytes of a head begun (more than
+                             * empty lines) for later */
+  guint flush_posted : 1;   /* a flush_job is queued (answers made on the context) */
+  guint input_unread : 1;   /* closing after refusing input still on its way:
+                             * linger whether or not it has arrived yet */
+  guint closed : 1;
+  guint paused : 1;         /* reading stopped: too many unanswered requests */
+  guint body_paused : 1;    /* reading stopped: a streamed body not wanted yet */
+  guint write_paused : 1;   /* parsing stopped: the answers queued are above
+                             * the write queue's high water mark (until DRAINED) */
+  guint held : 1;           /* a pause holds bytes read but not parsed; on_data()
+                             * gets them when it resumes */
+  guint input_ended : 1;    /* the peer's end came while bytes were held */
+  guint head_refused : 1;   /* the head being parsed (or refused) is a HEAD
+                             * request's: a refusal of it has no content */
+  guint embedded : 1;       /* in the connection's allocation (the listener's
+                             * data), not freed by itself */
   char *peer;               /* the peer's address, for the access log */
 };
+
+/* The connection's context (any thread: it is fixed). */
+static inline WeftContext *
+weft_http_conn_ctx (HttpConn *hc)
+{
+  return weft_connection_get_context (hc->conn);
+}
 
 /* The pending line, on the connection's context (no GQueue: its links
  * are an allocation per request). */
@@ -201,6 +217,10 @@ void weft_http_resume_body (HttpConn *hc);
 /* What the listener's accept callback does, for a connection made
  * elsewhere (the whole-connection fuzz target). */
 void weft__http_server_adopt (WeftHttpServer *self, WeftConnection *conn);
+/* The connections the server serves and that are not closed yet, for the
+ * tests: accepted ones are found through the listener, adopted ones are
+ * in server->live. Any thread; a snapshot. */
+guint weft__http_server_n_live (WeftHttpServer *self);
 
 /* weft-http-request.c */
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);

@@ -82,7 +82,7 @@ http_date (void)
 static gboolean
 on_context (HttpConn *hc)
 {
-  return weft_context_get_current () == hc->ctx;
+  return weft_context_get_current () == weft_http_conn_ctx (hc);
 }
 
 WeftHttpRequest *
@@ -359,7 +359,7 @@ static void
 attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
-  gboolean on_context = weft_context_get_current () == hc->ctx;
+  gboolean on_context = weft_context_get_current () == weft_http_conn_ctx (hc);
   if (on_context && req->dropped)
     {
       drop_answer (req);
@@ -385,12 +385,12 @@ attach (WeftHttpRequest *req)
       if (!hc->flush_posted && !hc->closed)
         {
           hc->flush_posted = TRUE;
-          weft_context_post (hc->ctx, flush_job, weft_http_conn_ref (hc),
+          weft_context_post (weft_http_conn_ctx (hc), flush_job, weft_http_conn_ref (hc),
                              (GDestroyNotify) weft_http_conn_unref);
         }
       return;
     }
-  weft_context_post (hc->ctx, attach_job, weft_http_request_ref (req),
+  weft_context_post (weft_http_conn_ctx (hc), attach_job, weft_http_request_ref (req),
                      (GDestroyNotify) weft_http_request_unref);
 }
 
@@ -478,6 +478,8 @@ weft_http_request_unref (WeftHttpRequest *self)
   g_free (self->headers); /* with the head's bytes */
   if (self->body != NULL)
     g_bytes_unref (self->body);
+  if (self->in_body != NULL)
+    g_byte_array_unref (self->in_body); /* cut off while it arrived */
   if (self->extra != NULL)
     g_string_free (self->extra, TRUE);
   if (self->allow != NULL)
@@ -779,7 +781,7 @@ weft_http_stream_pump (WeftHttpRequest *req)
       hc->active != req)
     return;
   req->producer_queued = TRUE;
-  weft_context_post (hc->ctx, producer_job, weft_http_request_ref (req),
+  weft_context_post (weft_http_conn_ctx (hc), producer_job, weft_http_request_ref (req),
                      (GDestroyNotify) weft_http_request_unref);
 }
 
@@ -919,7 +921,7 @@ stream_op (WeftHttpRequest *req, GBytes *chunk, gsize payload)
   op->req = weft_http_request_ref (req);
   op->chunk = chunk;
   op->payload = payload;
-  weft_context_post (hc->ctx, stream_op_job, op, stream_op_free);
+  weft_context_post (weft_http_conn_ctx (hc), stream_op_job, op, stream_op_free);
 }
 
 static gboolean
@@ -1078,7 +1080,7 @@ read_body_job (gpointer data)
     }
   /* The client waits for this before sending the body; say it only if
    * nothing of the body came yet and no earlier answer is still due. */
-  if (req->expect_continue && hc->body_bytes == 0 && weft_http_pending_peek (hc) == req &&
+  if (req->expect_continue && req->in_bytes == 0 && weft_http_pending_peek (hc) == req &&
       !atomic_load (&req->responded))
     {
       static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -1121,6 +1123,6 @@ weft_http_request_read_body (WeftHttpRequest *self, WeftHttpBodyFunc func, gpoin
   self->body_data = user_data;
   self->body_notify = notify;
   atomic_store (&self->body_wanted, TRUE);
-  weft_context_post (self->hc->ctx, read_body_job, weft_http_request_ref (self),
+  weft_context_post (weft_http_conn_ctx (self->hc), read_body_job, weft_http_request_ref (self),
                      (GDestroyNotify) weft_http_request_unref);
 }

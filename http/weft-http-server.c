@@ -116,12 +116,12 @@ weft_http_conn_unref (HttpConn *hc)
   if (!g_atomic_int_dec_and_test (&hc->ref_count))
     return;
   g_assert ((hc->n_pending == 0));
-  if (hc->body != NULL)
-    g_byte_array_unref (hc->body);
   g_free (hc->peer);
-  weft_connection_unref (hc->conn);
+  WeftConnection *conn = hc->conn;
   weft_http_server_unref (hc->server);
-  g_free (hc);
+  if (!hc->embedded)
+    g_free (hc);
+  weft_connection_unref (conn); /* (an embedded hc's memory may go with it) */
 }
 
 /* Drops everything still queued: the connection is gone. Streams and
@@ -144,7 +144,7 @@ stop_timer (HttpConn *hc)
 {
   if (hc->timer != 0)
     {
-      weft_context_remove (hc->ctx, hc->timer);
+      weft_context_remove (weft_http_conn_ctx (hc), hc->timer);
       hc->timer = 0;
     }
 }
@@ -168,11 +168,7 @@ drop_cut_off (HttpConn *hc)
   hc->n_pending--;
   hc->reading = NULL;
   hc->body_paused = FALSE;
-  if (hc->body != NULL)
-    {
-      g_byte_array_unref (hc->body);
-      hc->body = NULL;
-    }
+  g_clear_pointer (&req->in_body, g_byte_array_unref);
   atomic_store (&req->finish_called, TRUE);
   weft_http_request_drop (req);
   weft_http_request_unref (req);
@@ -227,9 +223,12 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
       atomic_store (&hc->gone, TRUE);
       stop_timer (hc);
       drop_pending (hc);
-      pthread_mutex_lock (&hc->server->live_lock);
-      g_hash_table_remove (hc->server->live, hc);
-      pthread_mutex_unlock (&hc->server->live_lock);
+      if (!hc->embedded)
+        {
+          pthread_mutex_lock (&hc->server->live_lock);
+          g_hash_table_remove (hc->server->live, hc);
+          pthread_mutex_unlock (&hc->server->live_lock);
+        }
       break;
     }
 }
@@ -480,7 +479,8 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
    * line's reference goes with the flush, the coroutine's at its end. */
   req->coro_handler_running = TRUE;
   hc->inline_req = req;
-  gboolean started = weft__coro_spawn_here (hc->ctx, coro_handler, weft_http_request_ref (req),
+  gboolean started = weft__coro_spawn_here (weft_http_conn_ctx (hc), coro_handler,
+                                            weft_http_request_ref (req),
                                             (GDestroyNotify) weft_http_request_unref,
                                             hc->server->coro_stack);
   hc->inline_req = NULL;
@@ -605,21 +605,27 @@ static gboolean
 body_check (gpointer data)
 {
   HttpConn *hc = data;
+  WeftHttpRequest *req = hc->reading; /* armed for it, stopped when it ends */
   const guint64 *limit = hc->server->limit;
   gint64 now = g_get_monotonic_time ();
+  if (req == NULL)
+    {
+      hc->timer = 0;
+      return G_SOURCE_REMOVE;
+    }
   if (hc->body_paused)
     {
-      hc->body_last_us = now;
+      req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }
   gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
-                  now - hc->body_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
-  gint64 elapsed = now - hc->body_start_us;
+                  now - req->in_last_us >= (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000;
+  gint64 elapsed = now - req->in_start_us;
   gint64 grace = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0
                      ? (gint64) limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] * 1000
                      : BODY_RATE_GRACE_US;
   gboolean slow = limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0 && elapsed >= grace &&
-                  (double) hc->body_bytes * G_USEC_PER_SEC / (double) elapsed <
+                  (double) req->in_bytes * G_USEC_PER_SEC / (double) elapsed <
                       (double) limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE];
   if (!idle && !slow)
     return G_SOURCE_CONTINUE;
@@ -644,10 +650,12 @@ typedef struct _HttpSweep {
  * sent nothing since it was accepted is a request head that has not begun:
  * the header timeout applies when it is the shorter, so a client that
  * connects and stays silent is gone as soon as a slowloris would be. */
+/* @server is passed, not read from @hc: the sweep also meets HttpConns not
+ * set up yet (all zero, server NULL), and reads only atomics of them. */
 static gint64
-idle_limit_us (HttpConn *hc)
+idle_limit_us (WeftHttpServer *server, HttpConn *hc)
 {
-  const guint64 *limit = hc->server->limit;
+  const guint64 *limit = server->limit;
   guint64 ka = limit[WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS];
   guint64 head = limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS];
   if (head != 0 && (ka == 0 || head < ka) &&
@@ -660,13 +668,33 @@ static void
 keepalive_close_job (gpointer data)
 {
   HttpConn *hc = data;
-  gint64 limit = idle_limit_us (hc);
+  gint64 limit = idle_limit_us (hc->server, hc);
   gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
   if (hc->closed || since == 0 || limit == 0 || hc->timer != 0 || hc->n_pending != 0 ||
       hc->reading != NULL || g_get_monotonic_time () - since < limit)
     return;
   hc->closing = TRUE;
   weft_connection_close (hc->conn);
+}
+
+/* The HttpConn in the allocation of @conn (an accepted connection), on
+ * its context: NULL unless it is set up and open. A closed connection's
+ * HttpConn may be gone (its memory stays with the connection's). */
+static HttpConn *
+embedded_hc (WeftConnection *conn)
+{
+  HttpConn *hc = weft__connection_get_data (conn);
+  if (hc == NULL || weft_connection_is_closed (conn) || g_atomic_int_get (&hc->ref_count) == 0)
+    return NULL; /* (0: on_accept() has not run yet, a TLS handshake goes on) */
+  return hc;
+}
+
+static void
+keepalive_close_conn_job (gpointer data)
+{
+  HttpConn *hc = embedded_hc (data);
+  if (hc != NULL)
+    keepalive_close_job (hc);
 }
 
 static gboolean
@@ -678,6 +706,25 @@ keepalive_sweep (gpointer data)
   if (server != NULL)
     {
       gint64 now = g_get_monotonic_time ();
+      /* Accepted connections hold their HttpConn (no set of them: the
+       * listener finds them); only adopted ones are in server->live. An
+       * HttpConn not set up yet reads 0 here, as busy: only one with
+       * idle_since set is looked at further. */
+      GPtrArray *conns = weft__listener_live_connections (server->listener);
+      for (guint i = 0; i < conns->len; i++)
+        {
+          WeftConnection *conn = conns->pdata[i];
+          HttpConn *hc = weft__connection_get_data (conn);
+          gint64 since =
+              hc != NULL ? atomic_load_explicit (&hc->idle_since, memory_order_relaxed) : 0;
+          if (since == 0)
+            continue;
+          gint64 limit = idle_limit_us (server, hc);
+          if (limit != 0 && now - since >= limit)
+            weft_context_post (weft_connection_get_context (conn), keepalive_close_conn_job,
+                               weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+        }
+      g_ptr_array_unref (conns);
       pthread_mutex_lock (&server->live_lock);
       GHashTableIter it;
       gpointer key;
@@ -686,10 +733,12 @@ keepalive_sweep (gpointer data)
         {
           HttpConn *hc = key;
           gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
-          gint64 limit = idle_limit_us (hc);
-          if (since != 0 && limit != 0 && now - since >= limit)
-            weft_context_post (hc->ctx, keepalive_close_job, weft_http_conn_ref (hc),
-                               (GDestroyNotify) weft_http_conn_unref);
+          if (since == 0)
+            continue;
+          gint64 limit = idle_limit_us (server, hc);
+          if (limit != 0 && now - since >= limit)
+            weft_context_post (weft_http_conn_ctx (hc), keepalive_close_job,
+                               weft_http_conn_ref (hc), (GDestroyNotify) weft_http_conn_unref);
         }
       pthread_mutex_unlock (&server->live_lock);
     }
@@ -825,19 +874,19 @@ static gssize
 take_body (HttpConn *hc, const guint8 *data, gsize len)
 {
   WeftHttpRequest *req = hc->reading;
-  hc->body_last_us = g_get_monotonic_time ();
-  if (!hc->chunked)
+  req->in_last_us = g_get_monotonic_time ();
+  if (!req->in_chunked)
     {
-      gsize n = (gsize) MIN ((guint64) len, hc->body_left);
-      hc->body_left -= n;
-      hc->body_bytes += n;
+      gsize n = (gsize) MIN ((guint64) len, req->in_left);
+      req->in_left -= n;
+      req->in_bytes += n;
       if (req->stream_body)
         {
           if (n > 0)
             weft_http_body_deliver (req, data, n, FALSE);
         }
       else
-        g_byte_array_append (hc->body, data, (guint) n);
+        g_byte_array_append (req->in_body, data, (guint) n);
       return (gssize) n;
     }
   gsize used_total = 0;
@@ -847,7 +896,7 @@ take_body (HttpConn *hc, const guint8 *data, gsize len)
       gsize piece_len;
       gboolean done;
       guint status;
-      gssize used = weft_http_chunked_decode (&hc->dec, (const char *) data + used_total,
+      gssize used = weft_http_chunked_decode (&req->in_dec, (const char *) data + used_total,
                                               len - used_total, &piece, &piece_len, &done,
                                               &status);
       if (used == WEFT_HTTP_ERROR)
@@ -857,24 +906,24 @@ take_body (HttpConn *hc, const guint8 *data, gsize len)
         }
       if (piece_len > 0)
         {
-          hc->body_bytes += piece_len;
+          req->in_bytes += piece_len;
           if (req->stream_body)
             weft_http_body_deliver (req, (const guint8 *) piece, piece_len, FALSE);
           else
-            g_byte_array_append (hc->body, (const guint8 *) piece, (guint) piece_len);
+            g_byte_array_append (req->in_body, (const guint8 *) piece, (guint) piece_len);
           if (hc->closed || hc->reading != req)
             return -1; /* the reader closed or failed the request */
         }
       used_total += (gsize) used;
       if (done)
         {
-          hc->body_left = 0;
-          hc->chunked = FALSE;
+          req->in_left = 0;
+          req->in_chunked = FALSE;
           return (gssize) used_total;
         }
       if (used == 0)
         {
-          hc->body_left = 1; /* more to come */
+          req->in_left = 1; /* more to come */
           return (gssize) used_total;
         }
     }
@@ -893,8 +942,8 @@ body_complete (HttpConn *hc)
         weft_http_flush_ready (hc);
       return;
     }
-  req->body = g_byte_array_free_to_bytes (hc->body);
-  hc->body = NULL;
+  req->body = g_byte_array_free_to_bytes (req->in_body);
+  req->in_body = NULL;
   if (atomic_load (&req->responded))
     {
       /* Answered before its body ended (refused early): it may go now. */
@@ -912,7 +961,8 @@ weft_http_resume_body (HttpConn *hc)
     return;
   hc->body_paused = FALSE;
   /* Only a body not begun is paused: its clock starts now. */
-  hc->body_start_us = hc->body_last_us = g_get_monotonic_time ();
+  if (hc->reading != NULL)
+    hc->reading->in_start_us = hc->reading->in_last_us = g_get_monotonic_time ();
   weft_connection_start_reading (hc->conn, on_data, hc, NULL);
 }
 
@@ -921,21 +971,22 @@ start_body (HttpConn *hc, WeftHttpRequest *req, const WeftHttpHead *head)
 {
   const guint64 *limit = hc->server->limit;
   hc->reading = req;
-  hc->chunked = head->body == WEFT_HTTP_BODY_CHUNKED;
-  hc->body_bytes = 0;
-  hc->body_start_us = hc->body_last_us = req->start_us;
-  if (hc->chunked)
+  req->in_chunked = head->body == WEFT_HTTP_BODY_CHUNKED;
+  req->in_bytes = 0;
+  req->in_start_us = req->in_last_us = req->start_us;
+  if (req->in_chunked)
     {
-      weft_http_chunked_init (&hc->dec, limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES]);
-      hc->body_left = 1;
+      weft_http_chunked_init (&req->in_dec, limit[WEFT_HTTP_LIMIT_MAX_BODY_BYTES]);
+      req->in_left = 1;
     }
   else
-    hc->body_left = head->content_length;
+    req->in_left = head->content_length;
   if (!req->stream_body)
-    hc->body = g_byte_array_sized_new ((guint) MIN (hc->chunked ? 0 : head->content_length,
-                                                   65536));
+    req->in_body = g_byte_array_sized_new (
+        (guint) MIN (req->in_chunked ? 0 : head->content_length, 65536));
   if (limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 || limit[WEFT_HTTP_LIMIT_BODY_MIN_RATE] != 0)
-    hc->timer = weft_context_add_timeout (hc->ctx, BODY_CHECK_MS, body_check, hc, NULL);
+    hc->timer =
+        weft_context_add_timeout (weft_http_conn_ctx (hc), BODY_CHECK_MS, body_check, hc, NULL);
 }
 
 /* Shutdown, at a request boundary: read no more, answer what was taken
@@ -977,8 +1028,16 @@ wind_down_job (gpointer data)
 static void
 post_wind_down (HttpConn *hc)
 {
-  weft_context_post (hc->ctx, wind_down_job, weft_http_conn_ref (hc),
+  weft_context_post (weft_http_conn_ctx (hc), wind_down_job, weft_http_conn_ref (hc),
                      (GDestroyNotify) weft_http_conn_unref);
+}
+
+static void
+wind_down_conn_job (gpointer data)
+{
+  HttpConn *hc = embedded_hc (data);
+  if (hc != NULL)
+    wind_down_job (hc);
 }
 
 /* TRUE if the head begun at @data is a HEAD request's (after the empty
@@ -1086,7 +1145,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           consumed += (gsize) n;
           if (hc->closed || hc->reading != req)
             return len;
-          if (hc->body_left > 0)
+          if (req->in_left > 0)
             break; /* wait for more */
           body_complete (hc);
           continue;
@@ -1120,7 +1179,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
         {
           if (hc->timer == 0 && server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] != 0)
             hc->timer = weft_context_add_timeout (
-                hc->ctx, (guint) server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS],
+                weft_http_conn_ctx (hc), (guint) server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS],
                 header_timed_out, hc, NULL);
           break;
         }
@@ -1194,17 +1253,29 @@ static void
 on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
 {
   WeftHttpServer *server = user_data;
-  HttpConn *hc = g_new0 (HttpConn, 1);
-  hc->ref_count = 1; /* the event function's */
+  /* In the connection's allocation when the listener made room for it. */
+  HttpConn *hc = weft__connection_get_data (conn);
+  if (hc != NULL)
+    hc->embedded = TRUE;
+  else
+    hc = g_new0 (HttpConn, 1);
+  /* Atomic: the sweeps look at it from other threads (embedded_hc()). */
+  g_atomic_int_set (&hc->ref_count, 1); /* the event function's */
   hc->server = weft_http_server_ref (server);
   hc->conn = weft_connection_ref (conn);
-  hc->ctx = weft_connection_get_context (conn);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
-  pthread_mutex_lock (&server->live_lock);
-  g_hash_table_add (server->live, hc);
-  pthread_mutex_unlock (&server->live_lock);
+  if (!hc->embedded)
+    {
+      pthread_mutex_lock (&server->live_lock);
+      g_hash_table_add (server->live, hc);
+      pthread_mutex_unlock (&server->live_lock);
+    }
   /* Accepted as the shutdown began, after its sweep over the live set:
-   * the lock orders this read after the flag's store. */
+   * the lock (for an embedded HttpConn, the sequentially consistent
+   * marking of its context's tail against the shutdown's store, then its
+   * look at the tails) orders this read after the flag's store. Its job
+   * there may have found the HttpConn not set up yet; two winds-down are
+   * one. */
   if (atomic_load (&server->stopping))
     post_wind_down (hc);
   atomic_store_explicit (&hc->silent, TRUE, memory_order_relaxed);
@@ -1216,6 +1287,24 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   int one = 1;
   setsockopt (weft_connection_get_fd (conn), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   weft_connection_start_reading (conn, on_data, hc, NULL);
+}
+
+guint
+weft__http_server_n_live (WeftHttpServer *self)
+{
+  guint n = 0;
+  GPtrArray *conns = weft__listener_live_connections (self->listener);
+  for (guint i = 0; i < conns->len; i++)
+    {
+      HttpConn *hc = weft__connection_get_data (conns->pdata[i]);
+      if (hc != NULL && g_atomic_int_get (&hc->ref_count) > 0 && !atomic_load (&hc->gone))
+        n++;
+    }
+  g_ptr_array_unref (conns);
+  pthread_mutex_lock (&self->live_lock);
+  n += g_hash_table_size (self->live);
+  pthread_mutex_unlock (&self->live_lock);
+  return n;
 }
 
 /* Serves @conn as if the listener had accepted it: for
@@ -1256,6 +1345,7 @@ weft_http_server_new (WeftEngine *engine)
   memcpy (self->limit, default_limit, sizeof self->limit);
   self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
   self->listener = weft_listener_new (engine, on_accept, self, NULL);
+  weft__listener_set_connection_data_size (self->listener, sizeof (HttpConn));
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
   return self;
@@ -1585,6 +1675,14 @@ weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerD
 {
   g_return_if_fail (self != NULL);
   atomic_store (&self->stopping, TRUE);
+  GPtrArray *conns = weft__listener_live_connections (self->listener);
+  for (guint i = 0; i < conns->len; i++)
+    {
+      WeftConnection *conn = conns->pdata[i];
+      weft_context_post (weft_connection_get_context (conn), wind_down_conn_job,
+                         weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+    }
+  g_ptr_array_unref (conns);
   pthread_mutex_lock (&self->live_lock);
   GHashTableIter it;
   gpointer key;

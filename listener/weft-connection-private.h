@@ -7,19 +7,41 @@
 
 #include "weft-context-private.h"
 #include "weft-connection.h"
+#include "weft-listener.h"
 #include "weft-tls-private.h"
 
-/* Called once on the connection's context when its socket is closed, after
- * the CLOSED event: the listener counts live connections with it. */
-typedef void (*WeftConnectionCloseHook) (WeftConnection *conn, gpointer data);
-
-void weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook hook,
-                                      gpointer data);
+/* The listener that accepted the connection: once the socket is closed,
+ * after the CLOSED event, on the connection's context, it is told with
+ * weft__listener_connection_closed() (it counts live connections). */
+void weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener);
+void weft__listener_connection_closed (WeftListener *self, WeftConnection *conn);
+/* The connections @self accepted that are not freed yet (closed ones too),
+ * each with a reference (the array's free function drops it). Any thread;
+ * the answer is a snapshot: a connection accepted meanwhile may be missing. */
+GPtrArray *weft__listener_live_connections (WeftListener *self);
+/* For weft__engine_foreach_tail(): the connection in @tail with a new
+ * reference if @listener accepted it and its last reference is not gone. */
+WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be
  * non-blocking. Takes the fd even on failure (closes it). */
 WeftConnection *weft__connection_new (WeftContext *ctx, int fd, GError **error);
+/* The same, in the tail of @ctx (from weft__context_new_with_tail() with
+ * weft__connection_tail_size (@data_size) bytes), followed by @data_size
+ * zeroed bytes for the connection's owner (weft__connection_get_data()):
+ * one allocation for the context, the connection, its fd source and the
+ * owner's state, which idle connections are counted by. */
+gsize weft__connection_tail_size (gsize data_size);
+WeftConnection *weft__connection_new_in_tail (WeftContext *ctx, int fd, gsize data_size,
+                                              GError **error);
+/* The owner's data of a connection made in a context's tail, or NULL. Lives
+ * as long as the connection's memory: hold a reference while using it. */
+gpointer weft__connection_get_data (WeftConnection *self);
+/* Zeroed bytes the listener puts after each connection it accepts, for the
+ * owner of the listener (the HTTP server's per-connection state). Set
+ * before the listener starts. */
+void weft__listener_set_connection_data_size (WeftListener *self, gsize size);
 
 /* An internal observer of the connection's events (coroutine I/O): called
  * on the connection's context before the application's event callback,

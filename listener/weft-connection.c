@@ -82,10 +82,49 @@ typedef struct {
   GDestroyNotify notify;
 } ReadCb;
 
+/* What few connections use, allocated on first use (ext_get()) and kept
+ * until the connection is freed: an idle plain connection with the default
+ * limits has none, which keeps its memory small (an HTTP server holds
+ * thousands of them). */
+typedef struct {
+  /* read side */
+  gsize want;                 /* READ_EXACTLY: bytes; READ_UNTIL: max length */
+  guint8 *delim;
+  gsize delim_len;
+  gsize max_read_buffer;
+  gsize high_water;
+  gsize low_water;
+
+  /* the idle timeout and a lingering close */
+  guint idle_ms;
+  guint idle_id;
+  gint64 last_activity;
+  guint linger_id;
+  guint linger_ms;            /* lingering: how long to discard input */
+  guint64 discard_left;       /* lingering: how much input to discard */
+
+  /* TLS */
+  WeftTlsSession *tls;        /* (nullable) see tls_session() */
+  WeftTlsConfig *tls_config;
+  guint handshake_id;         /* the handshake timeout */
+  WeftConnectFunc tls_done;
+  gpointer tls_done_data;
+  GDestroyNotify tls_done_notify;
+  gchar *alpn;
+  gchar *server_name;
+
+  /* Coroutine I/O (weft-connection-coro.c): told of every event before the
+   * application, and of the peer's end even when the application has no
+   * event callback. (owned) by the connection, freed with it. */
+  WeftConnectionWaitHook wait_hook;
+  gpointer wait_hook_data;
+  GDestroyNotify wait_hook_free;
+} ConnExt;
+
 struct _WeftConnection {
   gint ref_count;
-  WeftContext *ctx;
   int fd;
+  WeftContext *ctx;
   guint fd_id;
   GIOCondition interest;      /* what the fd source waits for now */
 
@@ -117,62 +156,35 @@ struct _WeftConnection {
   guint fin_pending : 1;      /* epoll said the peer shut down or hung up: a
                                * short read is no proof of a drained socket,
                                * read on to end of file */
+  guint sent_since_check : 1; /* the peer took output since the last write check */
+  guint stalled_checks : 2;   /* write checks in a row that saw no progress */
+  guint8 mode;                /* ReadMode */
+  /* Set at construction, then read from any thread (the owner's data is
+   * found from other threads: weft__connection_get_data()): bytes of their
+   * own, not bits beside the ones the context writes. */
+  guint8 embedded;            /* in its context's tail, with its fd source */
+  guint8 has_data;            /* and data for its owner after them */
 
-  /* read side */
-  ReadMode mode;
   ReadCb reader;
-  gsize want;                 /* READ_EXACTLY: bytes; READ_UNTIL: max length */
-  guint8 *delim;
-  gsize delim_len;
   guint8 *rbuf;               /* unconsumed bytes; NULL when none */
   gsize rlen;
   gsize rcap;
-  gsize max_read_buffer;
 
   /* write side */
   Chunk *wq_head;
   Chunk *wq_tail;
   gsize wq_bytes;
-  gsize high_water;
-  gsize low_water;
 
-  /* events */
   WeftConnectionEventFunc event_func;
   gpointer event_data;
   GDestroyNotify event_notify;
 
-  /* timeouts */
-  guint idle_ms;
-  guint write_ms;
-  guint idle_id;
+  guint write_ms;             /* the write timeout */
   guint write_id;
-  guint linger_id;
-  guint linger_ms;            /* lingering: how long to discard input */
-  guint64 discard_left;       /* lingering: how much input to discard */
-  gint64 last_activity;
-  guint64 sent_total;       /* bytes the peer took: write-timeout progress */
-  guint64 sent_at_check;
-  guint stalled_checks;
 
-  /* TLS */
-  WeftTlsSession *tls;
-  WeftTlsConfig *tls_config;
-  guint handshake_id;         /* the handshake timeout */
-  WeftConnectFunc tls_done;
-  gpointer tls_done_data;
-  GDestroyNotify tls_done_notify;
-  gchar *alpn;
-  gchar *server_name;
+  WeftListener *listener; /* (nullable) told by weft__listener_connection_closed() */
 
-  WeftConnectionCloseHook close_hook;
-  gpointer close_hook_data;
-
-  /* Coroutine I/O (weft-connection-coro.c): told of every event before the
-   * application, and of the peer's end even when the application has no
-   * event callback. (owned) by the connection, freed with it. */
-  WeftConnectionWaitHook wait_hook;
-  gpointer wait_hook_data;
-  GDestroyNotify wait_hook_free;
+  ConnExt *ext;               /* (nullable) (owned) */
 };
 
 static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
@@ -196,6 +208,44 @@ on_own_context (WeftConnection *self)
 {
   WeftContext *current = weft_context_get_current ();
   return current == NULL || current == self->ctx;
+}
+
+static ConnExt *
+ext_get (WeftConnection *self)
+{
+  if (G_UNLIKELY (self->ext == NULL))
+    {
+      self->ext = g_new0 (ConnExt, 1);
+      self->ext->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
+      self->ext->high_water = DEFAULT_HIGH_WATER;
+      self->ext->low_water = DEFAULT_LOW_WATER;
+    }
+  return self->ext;
+}
+
+/* The TLS session, or NULL: none started, or it could not be made. */
+static inline WeftTlsSession *
+tls_session (WeftConnection *self)
+{
+  return G_UNLIKELY (self->is_tls) ? self->ext->tls : NULL;
+}
+
+static inline gsize
+max_read_buffer (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->max_read_buffer : DEFAULT_MAX_READ_BUFFER;
+}
+
+static inline gsize
+high_water (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->high_water : DEFAULT_HIGH_WATER;
+}
+
+static inline gsize
+low_water (WeftConnection *self)
+{
+  return self->ext != NULL ? self->ext->low_water : DEFAULT_LOW_WATER;
 }
 
 /* One per thread, freed when the thread exits (GPrivate's notify); the
@@ -225,8 +275,8 @@ can_do_io (WeftConnection *self)
 static void
 emit (WeftConnection *self, WeftConnectionEvent event, const GError *error)
 {
-  if (self->wait_hook != NULL)
-    self->wait_hook (self, event, error, self->wait_hook_data);
+  if (self->ext != NULL && self->ext->wait_hook != NULL)
+    self->ext->wait_hook (self, event, error, self->ext->wait_hook_data);
   if (self->event_func != NULL)
     self->event_func (self, event, error, self->event_data);
 }
@@ -237,7 +287,8 @@ clear_reader (WeftConnection *self)
   ReadCb old = self->reader;
   self->mode = READ_NONE;
   memset (&self->reader, 0, sizeof self->reader);
-  g_clear_pointer (&self->delim, g_free);
+  if (self->ext != NULL)
+    g_clear_pointer (&self->ext->delim, g_free);
   if (old.notify != NULL)
     old.notify (old.data);
 }
@@ -269,8 +320,8 @@ drop_queue (WeftConnection *self)
 static void
 touch (WeftConnection *self)
 {
-  if (self->idle_ms != 0)
-    self->last_activity = g_get_monotonic_time ();
+  if (self->ext != NULL && self->ext->idle_ms != 0)
+    self->ext->last_activity = g_get_monotonic_time ();
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -295,16 +346,33 @@ source_gone (gpointer data)
   weft_connection_unref (self);
 }
 
-WeftConnection *
-weft__connection_new (WeftContext *ctx, int fd, GError **error)
+/* In a context's tail: the connection, its fd source, then the owner's
+ * data, each aligned for pointers. */
+#define TAIL_SOURCE_OFFSET (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; }, s))
+#define TAIL_DATA_OFFSET \
+  (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; gpointer d; }, d))
+
+gsize
+weft__connection_tail_size (gsize data_size)
 {
-  WeftConnection *self = g_new0 (WeftConnection, 1);
+  return TAIL_DATA_OFFSET + data_size;
+}
+
+gpointer
+weft__connection_get_data (WeftConnection *self)
+{
+  return self->has_data ? (guint8 *) self + TAIL_DATA_OFFSET : NULL;
+}
+
+static WeftConnection *
+connection_new (WeftContext *ctx, int fd, gboolean in_tail, gsize data_size, GError **error)
+{
+  WeftConnection *self = in_tail ? weft__context_tail (ctx) : g_new0 (WeftConnection, 1);
+  self->embedded = in_tail;
+  self->has_data = in_tail && data_size > 0;
   self->ref_count = 1;
   self->ctx = weft_context_ref (ctx);
   self->fd = fd;
-  self->max_read_buffer = DEFAULT_MAX_READ_BUFFER;
-  self->high_water = DEFAULT_HIGH_WATER;
-  self->low_water = DEFAULT_LOW_WATER;
   self->drained = TRUE; /* registering reports bytes already there */
 
   /* The source holds a reference until the socket is closed. Until a
@@ -313,8 +381,10 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
    * continue from a job, see update_interest()), so no re-arm syscall
    * follows each readiness. */
   self->interest = WEFT__IO_RDHUP;
-  self->fd_id = weft__context_add_fd (ctx, fd, self->interest | WEFT__IO_EDGE, on_fd,
-                                      weft_connection_ref (self), source_gone, error);
+  WeftFdSource *storage = in_tail ? (WeftFdSource *) ((guint8 *) self + TAIL_SOURCE_OFFSET)
+                                  : NULL;
+  self->fd_id = weft__context_add_fd_in (ctx, storage, fd, self->interest | WEFT__IO_EDGE, on_fd,
+                                         weft_connection_ref (self), source_gone, error);
   if (self->fd_id == 0)
     {
       /* source_gone() ran and closed the fd. */
@@ -323,6 +393,18 @@ weft__connection_new (WeftContext *ctx, int fd, GError **error)
       return NULL;
     }
   return self;
+}
+
+WeftConnection *
+weft__connection_new (WeftContext *ctx, int fd, GError **error)
+{
+  return connection_new (ctx, fd, FALSE, 0, error);
+}
+
+WeftConnection *
+weft__connection_new_in_tail (WeftContext *ctx, int fd, gsize data_size, GError **error)
+{
+  return connection_new (ctx, fd, TRUE, data_size, error);
 }
 
 /**
@@ -397,17 +479,24 @@ weft_connection_unref (WeftConnection *self)
   g_assert (self->closed);
   drop_queue (self);
   g_free (self->rbuf);
-  g_free (self->delim);
-  g_free (self->alpn);
-  g_free (self->server_name);
-  if (self->wait_hook_free != NULL)
-    self->wait_hook_free (self->wait_hook_data);
-  if (self->tls != NULL)
-    weft__tls_session_free (self->tls);
-  if (self->tls_config != NULL)
-    weft_tls_config_unref (self->tls_config);
-  weft_context_unref (self->ctx);
-  g_free (self);
+  ConnExt *ext = self->ext;
+  if (ext != NULL)
+    {
+      g_free (ext->delim);
+      g_free (ext->alpn);
+      g_free (ext->server_name);
+      if (ext->wait_hook_free != NULL)
+        ext->wait_hook_free (ext->wait_hook_data);
+      if (ext->tls != NULL)
+        weft__tls_session_free (ext->tls);
+      if (ext->tls_config != NULL)
+        weft_tls_config_unref (ext->tls_config);
+      g_free (ext);
+    }
+  WeftContext *ctx = self->ctx;
+  if (!self->embedded)
+    g_free (self);
+  weft_context_unref (ctx); /* (an embedded connection's memory may go with it) */
 }
 
 /**
@@ -445,34 +534,57 @@ weft_connection_get_fd (WeftConnection *self)
   return self->closed ? -1 : self->fd;
 }
 
-void
-weft__connection_set_close_hook (WeftConnection *self, WeftConnectionCloseHook hook,
-                                 gpointer data)
+/* A reference, unless the last one is gone already (the memory of a
+ * connection in a context's tail outlives it): for weft__engine_foreach_tail(). */
+static gboolean
+try_ref (WeftConnection *self)
 {
-  self->close_hook = hook;
-  self->close_hook_data = data;
+  for (;;)
+    {
+      gint refs = g_atomic_int_get (&self->ref_count);
+      if (refs <= 0)
+        return FALSE;
+      if (g_atomic_int_compare_and_exchange (&self->ref_count, refs, refs + 1))
+        return TRUE;
+    }
+}
+
+WeftConnection *
+weft__connection_ref_tail (gpointer tail, WeftListener *listener)
+{
+  WeftConnection *self = tail;
+  /* The listener pointer was written before the tail was marked. */
+  return self->listener == listener && try_ref (self) ? self : NULL;
+}
+
+void
+weft__connection_set_close_listener (WeftConnection *self, WeftListener *listener)
+{
+  self->listener = listener;
 }
 
 gboolean
 weft__connection_has_callbacks (WeftConnection *self)
 {
-  return self->mode != READ_NONE || self->event_func != NULL || self->wait_hook != NULL;
+  return self->mode != READ_NONE || self->event_func != NULL ||
+         (self->ext != NULL && self->ext->wait_hook != NULL);
 }
 
 gpointer
 weft__connection_get_wait_hook_data (WeftConnection *self)
 {
-  return self->wait_hook_data;
+  return self->ext != NULL ? self->ext->wait_hook_data : NULL;
 }
 
 void
 weft__connection_set_wait_hook (WeftConnection *self, WeftConnectionWaitHook hook,
                                 gpointer data, GDestroyNotify data_free)
 {
-  g_assert (self->wait_hook == NULL);
-  self->wait_hook = hook;
-  self->wait_hook_data = data;
-  self->wait_hook_free = data_free;
+  ConnExt *ext = ext_get (self);
+  g_assert (ext->wait_hook == NULL);
+  ext->wait_hook = hook;
+  ext->wait_hook_data = data;
+  ext->wait_hook_free = data_free;
 }
 
 void
@@ -654,10 +766,10 @@ weft_connection_read_exactly (WeftConnection *self, gsize n, WeftConnectionReadF
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (func != NULL);
-  g_return_if_fail (n > 0 && n <= self->max_read_buffer);
+  g_return_if_fail (n > 0 && n <= max_read_buffer (self));
   g_return_if_fail (on_own_context (self));
   set_reader (self, READ_EXACTLY, func, user_data, notify);
-  self->want = n;
+  ext_get (self)->want = n;
   reader_installed (self);
 }
 
@@ -689,9 +801,10 @@ weft_connection_read_until (WeftConnection *self, const guint8 *delimiter, gsize
   set_reader (self, READ_UNTIL, func, user_data, notify);
   if (self->mode != READ_UNTIL)
     return; /* closed */
-  self->delim = g_memdup2 (delimiter, delimiter_len);
-  self->delim_len = delimiter_len;
-  self->want = max_len == 0 || max_len > self->max_read_buffer ? self->max_read_buffer : max_len;
+  ConnExt *ext = ext_get (self);
+  ext->delim = g_memdup2 (delimiter, delimiter_len);
+  ext->delim_len = delimiter_len;
+  ext->want = max_len == 0 || max_len > ext->max_read_buffer ? ext->max_read_buffer : max_len;
   reader_installed (self);
 }
 
@@ -731,7 +844,7 @@ weft_connection_set_max_read_buffer (WeftConnection *self, gsize max_bytes)
   g_return_if_fail (self != NULL);
   g_return_if_fail (max_bytes > 0);
   g_return_if_fail (on_own_context (self));
-  self->max_read_buffer = max_bytes;
+  ext_get (self)->max_read_buffer = max_bytes;
 }
 
 static void
@@ -749,7 +862,7 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
   while (len > 0 && !self->closed && self->mode != READ_NONE)
     {
       gsize used = 0;
-      switch (self->mode)
+      switch ((ReadMode) self->mode)
         {
         case READ_RAW:
           {
@@ -758,10 +871,10 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
             break;
           }
         case READ_EXACTLY:
-          if (len >= self->want)
+          if (len >= self->ext->want)
             {
               ReadCb cb = self->reader;
-              used = self->want;
+              used = self->ext->want;
               /* Clear first: the callback may install the next reader. */
               self->mode = READ_NONE;
               memset (&self->reader, 0, sizeof self->reader);
@@ -772,20 +885,20 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
           break;
         case READ_UNTIL:
           {
-            const guint8 *hit = memmem (data, MIN (len, self->want), self->delim,
-                                        self->delim_len);
+            ConnExt *ext = self->ext; /* READ_UNTIL made it */
+            const guint8 *hit = memmem (data, MIN (len, ext->want), ext->delim, ext->delim_len);
             if (hit != NULL)
               {
                 ReadCb cb = self->reader;
-                used = (gsize) (hit - data) + self->delim_len;
+                used = (gsize) (hit - data) + ext->delim_len;
                 self->mode = READ_NONE;
                 memset (&self->reader, 0, sizeof self->reader);
-                g_clear_pointer (&self->delim, g_free);
+                g_clear_pointer (&ext->delim, g_free);
                 cb.func (self, data, used, cb.data);
                 if (cb.notify != NULL)
                   cb.notify (cb.data);
               }
-            else if (len >= self->want)
+            else if (len >= ext->want)
               {
                 fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
                               "the delimiter did not arrive within the length limit");
@@ -811,7 +924,7 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
    * have left bytes kept from before (it ran with them), so rbuf is empty
    * here. */
   g_assert (self->rbuf == NULL);
-  if (len > self->max_read_buffer)
+  if (len > max_read_buffer (self))
     {
       g_free (owned);
       fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
@@ -851,7 +964,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
 
   if (owned)
     {
-      gsize limit = self->max_read_buffer;
+      gsize limit = max_read_buffer (self);
       if (self->rlen >= limit)
         return -ENOBUFS;
       if (self->rcap - self->rlen < 4096 && self->rcap < limit)
@@ -865,14 +978,14 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
   else
     {
       buf = scratch_buffer ();
-      room = MIN ((gsize) SCRATCH_SIZE, self->max_read_buffer);
+      room = MIN ((gsize) SCRATCH_SIZE, max_read_buffer (self));
     }
 
   gssize n;
-  if (self->tls != NULL)
+  if (tls_session (self) != NULL)
     {
       GIOCondition want = 0;
-      n = weft__tls_read (self->tls, buf, room, &want, error);
+      n = weft__tls_read (tls_session (self), buf, room, &want, error);
       self->last_read_short = FALSE; /* record-sized: says nothing */
       if (n == WEFT_TLS_AGAIN)
         {
@@ -928,7 +1041,7 @@ handle_peer_closed (WeftConnection *self)
   self->peer_closed = TRUE;
   /* A coroutine driving the connection reads what is kept, then learns of
    * the end itself: no automatic close under it. */
-  if (self->event_func != NULL || self->wait_hook != NULL)
+  if (self->event_func != NULL || (self->ext != NULL && self->ext->wait_hook != NULL))
     emit (self, WEFT_CONNECTION_EVENT_PEER_CLOSED, NULL);
   else
     weft_connection_close (self);
@@ -976,7 +1089,7 @@ do_reads (WeftConnection *self)
       deliver (self, cap != 0 ? buf : NULL, cap, buf, len);
       /* A short read drained the socket (epoll reports anything that
        * arrives later). TLS reads are record-sized: read on to EAGAIN. */
-      if (self->tls == NULL && self->last_read_short && !self->fin_pending)
+      if (tls_session (self) == NULL && self->last_read_short && !self->fin_pending)
         {
           self->drained = TRUE;
           return;
@@ -989,7 +1102,7 @@ do_reads (WeftConnection *self)
 static void
 check_high_water (WeftConnection *self)
 {
-  if (!self->above_high && self->wq_bytes > self->high_water)
+  if (!self->above_high && self->wq_bytes > high_water (self))
     {
       self->above_high = TRUE;
       self->read_paused = TRUE;
@@ -1219,8 +1332,9 @@ weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize lo
   g_return_if_fail (self != NULL);
   g_return_if_fail (low <= high);
   g_return_if_fail (on_own_context (self));
-  self->high_water = high;
-  self->low_water = low;
+  ConnExt *ext = ext_get (self);
+  ext->high_water = high;
+  ext->low_water = low;
   check_high_water (self);
 }
 
@@ -1269,7 +1383,7 @@ flush_plain (WeftConnection *self)
               c->file.pos += (guint64) n;
               c->len -= (gsize) n;
               self->wq_bytes -= (gsize) n;
-              self->sent_total += (guint64) n;
+              self->sent_since_check = TRUE;
               if (c->len == 0)
                 {
                   self->wq_head = c->next;
@@ -1304,7 +1418,7 @@ flush_plain (WeftConnection *self)
             {
               gsize left = (gsize) n;
               self->wq_bytes -= left;
-              self->sent_total += left;
+              self->sent_since_check = TRUE;
               while (left > 0)
                 {
                   Chunk *h = self->wq_head;
@@ -1365,7 +1479,7 @@ flush_tls (WeftConnection *self)
         }
       GIOCondition want = 0;
       GError *error = NULL;
-      gssize n = weft__tls_write (self->tls, data, len, &want, &error);
+      gssize n = weft__tls_write (tls_session (self), data, len, &want, &error);
       if (n == WEFT_TLS_AGAIN)
         {
           self->tls_write_wants_in = (want & G_IO_IN) != 0;
@@ -1378,7 +1492,7 @@ flush_tls (WeftConnection *self)
           return FALSE;
         }
       self->wq_bytes -= (gsize) n;
-      self->sent_total += (guint64) n;
+      self->sent_since_check = TRUE;
       gboolean done;
       if (c->kind == CHUNK_FILE)
         {
@@ -1420,11 +1534,11 @@ flush (WeftConnection *self)
   if (self->closed || self->handshaking || self->wq_head == NULL)
     goto after;
   gsize before = self->wq_bytes;
-  if (!(self->tls != NULL ? flush_tls (self) : flush_plain (self)))
+  if (!(tls_session (self) != NULL ? flush_tls (self) : flush_plain (self)))
     return;
   if (self->wq_bytes < before)
     touch (self);
-  if (self->above_high && self->wq_bytes <= self->low_water)
+  if (self->above_high && self->wq_bytes <= low_water (self))
     {
       self->above_high = FALSE;
       self->read_paused = FALSE;
@@ -1434,8 +1548,9 @@ flush (WeftConnection *self)
         {
           /* Nobody may write more, but a coroutine waiting for room in
            * weft_connection_coro_write() must learn that it is there. */
-          if (self->wait_hook != NULL)
-            self->wait_hook (self, WEFT_CONNECTION_EVENT_DRAINED, NULL, self->wait_hook_data);
+          if (self->ext != NULL && self->ext->wait_hook != NULL)
+            self->ext->wait_hook (self, WEFT_CONNECTION_EVENT_DRAINED, NULL,
+                                  self->ext->wait_hook_data);
         }
       else if (self->in_write_call)
         {
@@ -1465,8 +1580,8 @@ after:
     close_flushed (self);
   else if (self->write_shutdown && !self->write_shut_done)
     {
-      if (self->tls != NULL)
-        weft__tls_shutdown (self->tls);
+      if (tls_session (self) != NULL)
+        weft__tls_shutdown (tls_session (self));
       shutdown (self->fd, SHUT_WR);
       self->write_shut_done = TRUE;
       if (self->peer_closed)
@@ -1618,9 +1733,11 @@ on_fd (gint fd, GIOCondition condition, gpointer user_data)
 static void
 remove_timeouts (WeftConnection *self)
 {
-  guint *ids[] = { &self->idle_id, &self->write_id, &self->linger_id, &self->handshake_id };
+  ConnExt *ext = self->ext;
+  guint *ids[] = { &self->write_id, ext ? &ext->idle_id : NULL, ext ? &ext->linger_id : NULL,
+                   ext ? &ext->handshake_id : NULL };
   for (guint i = 0; i < G_N_ELEMENTS (ids); i++)
-    if (*ids[i] != 0)
+    if (ids[i] != NULL && *ids[i] != 0)
       {
         weft_context_remove (self->ctx, *ids[i]);
         *ids[i] = 0;
@@ -1639,8 +1756,8 @@ finish_close (WeftConnection *self, gboolean abortive)
    * engine still watches it. The source's reference goes with it. */
   guint id = self->fd_id; /* 0 if the source is already gone */
   self->fd_id = 0;
-  if (!abortive && self->tls != NULL && !self->write_shut_done && !self->handshaking)
-    weft__tls_shutdown (self->tls);
+  if (!abortive && tls_session (self) != NULL && !self->write_shut_done && !self->handshaking)
+    weft__tls_shutdown (tls_session (self));
   if (abortive)
     {
       struct linger lg = { .l_onoff = 1, .l_linger = 0 };
@@ -1654,17 +1771,18 @@ finish_close (WeftConnection *self, gboolean abortive)
   if (self->mode != READ_NONE)
     clear_reader (self);
 
-  if (self->tls_done != NULL)
+  if (self->ext != NULL && self->ext->tls_done != NULL)
     {
       /* Closed during the handshake. */
-      WeftConnectFunc done = self->tls_done;
-      self->tls_done = NULL;
+      ConnExt *ext = self->ext;
+      WeftConnectFunc done = ext->tls_done;
+      ext->tls_done = NULL;
       GError *error = g_error_new_literal (G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
                                            "closed during the TLS handshake");
-      done (NULL, error, self->tls_done_data);
+      done (NULL, error, ext->tls_done_data);
       g_error_free (error);
-      if (self->tls_done_notify != NULL)
-        self->tls_done_notify (self->tls_done_data);
+      if (ext->tls_done_notify != NULL)
+        ext->tls_done_notify (ext->tls_done_data);
     }
 
   emit (self, WEFT_CONNECTION_EVENT_CLOSED, NULL);
@@ -1673,8 +1791,8 @@ finish_close (WeftConnection *self, gboolean abortive)
   if (ev != NULL && self->event_notify != NULL)
     self->event_notify (self->event_data);
   self->event_notify = NULL;
-  if (self->close_hook != NULL)
-    self->close_hook (self, self->close_hook_data);
+  if (self->listener != NULL)
+    weft__listener_connection_closed (self->listener, self);
   weft_connection_unref (self);
 }
 
@@ -1690,7 +1808,7 @@ fail (WeftConnection *self, GError *error)
   /* TLS failures after the handshake (a bad record, an alert) are logged
    * like failed handshakes, quietly: a hostile peer must not flood the
    * log. The application sees every error as the ERROR event. */
-  if (self->tls != NULL && !self->handshaking)
+  if (tls_session (self) != NULL && !self->handshaking)
     g_info ("TLS connection closed: %s", error->message);
   emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
   g_error_free (error);
@@ -1701,7 +1819,7 @@ static gboolean
 linger_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->linger_id = 0;
+  self->ext->linger_id = 0;
   fail_literal (self, G_IO_ERROR_TIMED_OUT, "the peer did not take the output in time");
   return G_SOURCE_REMOVE;
 }
@@ -1719,13 +1837,13 @@ discard_input (WeftConnection *self)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-      if (n <= 0 || (guint64) n > self->discard_left)
+      if (n <= 0 || (guint64) n > self->ext->discard_left)
         {
           /* The peer's end (or its reset), or more than we will take. */
           finish_close (self, n > 0);
           return;
         }
-      self->discard_left -= (guint64) n;
+      self->ext->discard_left -= (guint64) n;
     }
 }
 
@@ -1733,7 +1851,7 @@ static gboolean
 discard_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->linger_id = 0;
+  self->ext->linger_id = 0;
   finish_close (self, FALSE);
   return G_SOURCE_REMOVE;
 }
@@ -1757,17 +1875,18 @@ close_flushed (WeftConnection *self)
    * side instead, so the answer and an end of file go out, and drop input
    * until the peer closes too. */
   self->discarding = TRUE;
-  if (self->idle_id != 0) /* the linger timer bounds it now */
+  ConnExt *ext = self->ext; /* made by weft__connection_close_lingering() */
+  if (ext->idle_id != 0) /* the linger timer bounds it now */
     {
-      weft_context_remove (self->ctx, self->idle_id);
-      self->idle_id = 0;
+      weft_context_remove (self->ctx, ext->idle_id);
+      ext->idle_id = 0;
     }
-  if (self->linger_id != 0)
-    weft_context_remove (self->ctx, self->linger_id);
-  self->linger_id = weft_context_add_timeout (self->ctx, self->linger_ms, discard_expired, self,
-                                              NULL);
-  if (self->tls != NULL && !self->write_shut_done)
-    weft__tls_shutdown (self->tls);
+  if (ext->linger_id != 0)
+    weft_context_remove (self->ctx, ext->linger_id);
+  ext->linger_id = weft_context_add_timeout (self->ctx, ext->linger_ms, discard_expired, self,
+                                             NULL);
+  if (tls_session (self) != NULL && !self->write_shut_done)
+    weft__tls_shutdown (tls_session (self));
   shutdown (self->fd, SHUT_WR);
   self->write_shut_done = TRUE;
   /* Edge-triggered: input already there raises no new edge, so read it
@@ -1787,10 +1906,11 @@ weft__connection_close_lingering (WeftConnection *self, guint linger_ms, guint64
 {
   if (self->closed || self->closing)
     return;
+  ConnExt *ext = ext_get (self);
   self->lingering = TRUE;
   self->linger_always = always;
-  self->linger_ms = MAX (linger_ms, 1u);
-  self->discard_left = MAX (max_discard, (guint64) 1);
+  ext->linger_ms = MAX (linger_ms, 1u);
+  ext->discard_left = MAX (max_discard, (guint64) 1);
   weft_connection_close (self);
 }
 
@@ -1820,8 +1940,8 @@ weft_connection_close (WeftConnection *self)
       return;
     }
   if (self->write_ms == 0)
-    self->linger_id = weft_context_add_timeout (self->ctx, DEFAULT_CLOSE_LINGER_MS,
-                                                linger_expired, self, NULL);
+    ext_get (self)->linger_id = weft_context_add_timeout (self->ctx, DEFAULT_CLOSE_LINGER_MS,
+                                                          linger_expired, self, NULL);
   if (!self->in_fd_callback)
     {
       if (can_do_io (self))
@@ -1892,10 +2012,10 @@ static gboolean
 idle_check (gpointer data)
 {
   WeftConnection *self = data;
-  gint64 idle = g_get_monotonic_time () - self->last_activity;
-  if (idle >= (gint64) self->idle_ms * 1000)
+  gint64 idle = g_get_monotonic_time () - self->ext->last_activity;
+  if (idle >= (gint64) self->ext->idle_ms * 1000)
     {
-      self->idle_id = 0;
+      self->ext->idle_id = 0;
       fail_literal (self, G_IO_ERROR_TIMED_OUT, "idle timeout");
       return G_SOURCE_REMOVE;
     }
@@ -1917,13 +2037,16 @@ weft_connection_set_idle_timeout (WeftConnection *self, guint timeout_ms)
   g_return_if_fail (on_own_context (self));
   if (self->closed)
     return;
-  if (self->idle_id != 0)
-    weft_context_remove (self->ctx, self->idle_id);
-  self->idle_id = 0;
-  self->idle_ms = timeout_ms;
-  self->last_activity = g_get_monotonic_time ();
+  if (timeout_ms == 0 && self->ext == NULL)
+    return; /* off already */
+  ConnExt *ext = ext_get (self);
+  if (ext->idle_id != 0)
+    weft_context_remove (self->ctx, ext->idle_id);
+  ext->idle_id = 0;
+  ext->idle_ms = timeout_ms;
+  ext->last_activity = g_get_monotonic_time ();
   if (timeout_ms != 0)
-    self->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
+    ext->idle_id = weft_context_add_timeout (self->ctx, timeout_ms, idle_check, self, NULL);
 }
 
 static gboolean write_check (gpointer data);
@@ -1931,7 +2054,7 @@ static gboolean write_check (gpointer data);
 static void
 arm_write_check (WeftConnection *self)
 {
-  self->sent_at_check = self->sent_total;
+  self->sent_since_check = FALSE;
   self->stalled_checks = 0;
   self->write_id = weft_context_add_timeout (self->ctx, MAX (self->write_ms / 2, 1), write_check,
                                              self, NULL);
@@ -1949,11 +2072,11 @@ write_check (gpointer data)
       self->write_id = 0; /* nothing waits: rearmed by the next flush that leaves some */
       return G_SOURCE_REMOVE;
     }
-  if (self->sent_total != self->sent_at_check)
+  if (self->sent_since_check)
     self->stalled_checks = 0;
   else
     self->stalled_checks++;
-  self->sent_at_check = self->sent_total;
+  self->sent_since_check = FALSE;
   if (self->stalled_checks >= 3)
     {
       self->write_id = 0;
@@ -2044,15 +2167,16 @@ weft_connection_get_local_address (WeftConnection *self)
 static void
 handshake_finished (WeftConnection *self, GError *error)
 {
-  WeftConnectFunc done = self->tls_done;
-  gpointer data = self->tls_done_data;
-  GDestroyNotify notify = self->tls_done_notify;
-  self->tls_done = NULL;
-  self->tls_done_notify = NULL;
-  if (self->handshake_id != 0)
+  ConnExt *ext = self->ext; /* made by weft_connection_start_tls() */
+  WeftConnectFunc done = ext->tls_done;
+  gpointer data = ext->tls_done_data;
+  GDestroyNotify notify = ext->tls_done_notify;
+  ext->tls_done = NULL;
+  ext->tls_done_notify = NULL;
+  if (ext->handshake_id != 0)
     {
-      weft_context_remove (self->ctx, self->handshake_id);
-      self->handshake_id = 0;
+      weft_context_remove (self->ctx, ext->handshake_id);
+      ext->handshake_id = 0;
     }
   self->handshaking = FALSE;
   self->interest = (GIOCondition) -1; /* force the next update */
@@ -2061,13 +2185,13 @@ handshake_finished (WeftConnection *self, GError *error)
   self->drained = FALSE;
   if (error == NULL)
     {
-      const char *alpn = weft__tls_get_alpn (self->tls);
-      const char *sni = weft__tls_get_server_name (self->tls);
-      self->alpn = g_strdup (alpn);
+      const char *alpn = weft__tls_get_alpn (tls_session (self));
+      const char *sni = weft__tls_get_server_name (tls_session (self));
+      ext->alpn = g_strdup (alpn);
       if (sni != NULL)
         {
-          g_free (self->server_name);
-          self->server_name = g_strdup (sni);
+          g_free (ext->server_name);
+          ext->server_name = g_strdup (sni);
         }
       touch (self);
       if (done != NULL)
@@ -2093,7 +2217,7 @@ drive_handshake (WeftConnection *self)
 {
   GIOCondition want = 0;
   GError *error = NULL;
-  int r = weft__tls_handshake (self->tls, &want, &error);
+  int r = weft__tls_handshake (tls_session (self), &want, &error);
   if (r == WEFT_TLS_AGAIN)
     {
       if (want != self->interest)
@@ -2120,7 +2244,7 @@ static gboolean
 handshake_expired (gpointer data)
 {
   WeftConnection *self = data;
-  self->handshake_id = 0;
+  self->ext->handshake_id = 0;
   if (self->handshaking)
     handshake_finished (self, g_error_new_literal (G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
                                                    "TLS handshake timeout"));
@@ -2168,7 +2292,7 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (config != NULL);
-  g_return_if_fail (self->tls == NULL);
+  g_return_if_fail (tls_session (self) == NULL);
   g_return_if_fail (on_own_context (self));
 
   GError *error = NULL;
@@ -2183,23 +2307,24 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
       return;
     }
   gboolean server = weft__tls_config_is_server (config);
-  self->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
+  ConnExt *ext = ext_get (self);
+  ext->tls = weft__tls_session_new (config, self->fd, server, server_name, &error);
   self->is_tls = TRUE;
-  self->tls_config = weft_tls_config_ref (config);
-  self->server_name = g_strdup (server_name);
-  self->tls_done = func;
-  self->tls_done_data = user_data;
-  self->tls_done_notify = notify;
+  ext->tls_config = weft_tls_config_ref (config);
+  ext->server_name = g_strdup (server_name);
+  ext->tls_done = func;
+  ext->tls_done_data = user_data;
+  ext->tls_done_notify = notify;
   self->handshaking = TRUE;
-  if (self->tls == NULL)
+  if (ext->tls == NULL)
     {
       handshake_finished (self, error);
       return;
     }
   guint timeout = weft_tls_config_get_handshake_timeout (config);
   if (timeout != 0)
-    self->handshake_id = weft_context_add_timeout (self->ctx, timeout, handshake_expired, self,
-                                                   NULL);
+    ext->handshake_id = weft_context_add_timeout (self->ctx, timeout, handshake_expired, self,
+                                                  NULL);
   /* A client speaks first; a server waits for the hello. Either way the
    * first step runs on the context, on a worker. */
   self->interest = server ? G_IO_IN : G_IO_OUT;
@@ -2243,7 +2368,7 @@ const gchar *
 weft_connection_get_alpn_protocol (WeftConnection *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
-  return self->alpn;
+  return self->ext != NULL ? self->ext->alpn : NULL;
 }
 
 /**
@@ -2261,5 +2386,5 @@ const gchar *
 weft_connection_get_server_name (WeftConnection *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
-  return self->server_name;
+  return self->ext != NULL ? self->ext->server_name : NULL;
 }

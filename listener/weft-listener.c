@@ -46,12 +46,12 @@ struct _WeftListener {
   gpointer user_data;
   GDestroyNotify notify;
 
-  pthread_mutex_t lock;     /* sockets, live, settings, started, stopping */
+  pthread_mutex_t lock;     /* sockets, settings, started, stopping */
   GPtrArray *sockets;       /* ListenSocket* */
-  GHashTable *live;         /* WeftConnection* set */
   gboolean reuse_port;
   gint backlog;
   guint max_connections;    /* 0: no limit */
+  gsize conn_data_size;     /* weft__listener_set_connection_data_size() */
   WeftTlsConfig *tls;
   gboolean started;
   gboolean stopping;
@@ -111,7 +111,6 @@ weft_listener_new (WeftEngine *engine, WeftListenerFunc func, gpointer user_data
   self->notify = notify;
   pthread_mutex_init (&self->lock, NULL);
   self->sockets = g_ptr_array_new ();
-  self->live = g_hash_table_new (NULL, NULL);
   self->backlog = DEFAULT_BACKLOG;
   return self;
 }
@@ -160,7 +159,6 @@ listener_internal_unref (WeftListener *self)
       g_free (ls);
     }
   g_ptr_array_unref (self->sockets);
-  g_hash_table_unref (self->live);
   if (self->tls != NULL)
     weft_tls_config_unref (self->tls);
   if (self->done_notify != NULL)
@@ -384,12 +382,10 @@ listener_unref_internal_notify (gpointer data)
 }
 
 /* On the connection's context, once it is closed. */
-static void
-connection_closed (WeftConnection *conn, gpointer data)
+void
+weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
 {
-  WeftListener *self = data;
   pthread_mutex_lock (&self->lock);
-  g_hash_table_remove (self->live, conn);
   guint max = self->max_connections;
   gboolean stopping = self->stopping;
   pthread_mutex_unlock (&self->lock);
@@ -460,12 +456,47 @@ accepted_job (gpointer data)
     hand_over (self, a->conn);
 }
 
+typedef struct {
+  WeftListener *listener;
+  GPtrArray *out;
+} LiveCollect;
+
+static void
+collect_live (gpointer tail, gpointer data)
+{
+  LiveCollect *c = data;
+  WeftConnection *conn = weft__connection_ref_tail (tail, c->listener);
+  if (conn != NULL)
+    g_ptr_array_add (c->out, conn);
+}
+
+GPtrArray *
+weft__listener_live_connections (WeftListener *self)
+{
+  LiveCollect c = { self, g_ptr_array_new_with_free_func ((GDestroyNotify) weft_connection_unref) };
+  weft__engine_foreach_tail (self->engine, collect_live, &c);
+  return c.out;
+}
+
+void
+weft__listener_set_connection_data_size (WeftListener *self, gsize size)
+{
+  pthread_mutex_lock (&self->lock);
+  g_warn_if_fail (!self->started);
+  self->conn_data_size = size;
+  pthread_mutex_unlock (&self->lock);
+}
+
+/* One allocation per connection: its context, the connection, its fd
+ * source and the owner's data (weft__connection_new_in_tail()). */
 static void
 take_connection (WeftListener *self, int fd)
 {
-  WeftContext *ctx = weft_context_new (self->engine);
+  gsize data_size = self->conn_data_size; /* fixed once started */
+  WeftContext *ctx =
+      weft__context_new_with_tail (self->engine, weft__connection_tail_size (data_size));
   GError *error = NULL;
-  WeftConnection *conn = weft__connection_new (ctx, fd, &error);
+  WeftConnection *conn = weft__connection_new_in_tail (ctx, fd, data_size, &error);
   if (conn == NULL)
     {
       g_warning ("accepted connection dropped: %s", error->message);
@@ -476,11 +507,11 @@ take_connection (WeftListener *self, int fd)
     }
   atomic_fetch_add (&self->n_live, 1);
   atomic_fetch_add_explicit (&self->n_accepted, 1, memory_order_relaxed);
-  g_atomic_int_inc (&self->internal_refs); /* dropped by connection_closed() */
-  pthread_mutex_lock (&self->lock);
-  g_hash_table_add (self->live, conn);
-  pthread_mutex_unlock (&self->lock);
-  weft__connection_set_close_hook (conn, connection_closed, self);
+  g_atomic_int_inc (&self->internal_refs); /* dropped by weft__listener_connection_closed() */
+  weft__connection_set_close_listener (conn, self);
+  /* Found from now on by weft__listener_live_connections(), without a set
+   * of live connections (a hash table entry per idle connection). */
+  weft__context_mark_tail_conn (ctx);
 
   Accepted *a = g_new (Accepted, 1);
   a->listener = self;
@@ -1072,19 +1103,16 @@ deadline_passed (gpointer data)
   WeftListener *self = data;
   self->deadline_id = 0;
   self->deadline_passed = TRUE;
-  pthread_mutex_lock (&self->lock);
-  GHashTableIter iter;
-  gpointer key;
-  g_hash_table_iter_init (&iter, self->live);
-  while (g_hash_table_iter_next (&iter, &key, NULL))
+  GPtrArray *live = weft__listener_live_connections (self);
+  for (guint i = 0; i < live->len; i++)
     {
-      WeftConnection *conn = key;
-      /* Abort on the connection's own context; the job's reference keeps
-       * the connection alive until then. */
+      WeftConnection *conn = live->pdata[i];
+      /* Abort on the connection's own context (nothing if it is closed
+       * already); the job's reference keeps the connection alive until then. */
       weft_context_post (weft_connection_get_context (conn), abort_job,
                          weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
     }
-  pthread_mutex_unlock (&self->lock);
+  g_ptr_array_unref (live);
   return G_SOURCE_REMOVE;
 }
 

@@ -47,11 +47,13 @@ spin (guint n)
   (void) sink;
 }
 
+#define mpsc_state(q) ((q) == NULL ? "none" : mpsc_state_at (&(q)->head, &(q)->tail, &(q)->stub))
+
 static const char *
-mpsc_state (WeftMpsc *q)
+mpsc_state_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNode *stub)
 {
-  gboolean head_stub = atomic_load (&q->head) == &q->stub;
-  gboolean tail_stub = q->tail == &q->stub;
+  gboolean head_stub = atomic_load (head) == stub;
+  gboolean tail_stub = atomic_load (tail) == stub;
   if (head_stub && tail_stub)
     return "empty";
   if (head_stub)
@@ -74,7 +76,7 @@ dump (Producer *p, int expected)
            mpsc_state (&e->runq), mpsc_state (&e->urgent));
   if (p->ctx != NULL)
     fprintf (stderr, "  context: state %#x back %s front %s\n", atomic_load (&p->ctx->state),
-             mpsc_state (&p->ctx->back), mpsc_state (&p->ctx->front));
+             mpsc_state (&p->ctx->back), mpsc_state (atomic_load (&p->ctx->front)));
 }
 
 static gpointer

@@ -357,10 +357,7 @@ srv_stop (Srv *s)
 static guint
 srv_live (Srv *s)
 {
-  pthread_mutex_lock (&s->server->live_lock);
-  guint n = g_hash_table_size (s->server->live);
-  pthread_mutex_unlock (&s->server->live_lock);
-  return n;
+  return weft__http_server_n_live (s->server);
 }
 
 static guint
@@ -901,8 +898,10 @@ test_reset_mid_body (void)
   memset (filler, 'b', sizeof filler);
   for (guint round = 0; round < ROUNDS; round++)
     {
-      /* Whole-body handler, Content-Length. */
+      /* Whole-body handler, Content-Length. Each connection is waited
+       * for before its reset, as in /faults/reset-mid-pipeline. */
       int fd = wt_connect_tcp (s.port);
+      wait_connections (&s, 2);
       wt_send_str (fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n");
       wt_send_all (fd, filler, 3000);
       wt_quiet_window_ms (20);
@@ -911,6 +910,7 @@ test_reset_mid_body (void)
 
       /* Whole-body handler, chunked, cut inside a chunk. */
       fd = wt_connect_tcp (s.port);
+      wait_connections (&s, 2);
       wt_send_str (fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
                        "1000\r\n");
       wt_send_all (fd, filler, 2000);
@@ -977,6 +977,9 @@ test_reset_mid_pipeline (void)
   for (guint round = 0; round < 2 * ROUNDS; round++)
     {
       int fd = wt_connect_tcp (s.port);
+      /* Accepted before the reset: otherwise the wait for one connection
+       * below could be over before the server took this one. */
+      wait_connections (&s, 2);
       wt_send_str (fd, pipeline);
       if (round % 2 == 1)
         wt_quiet_window_ms (30); /* the answers are being written */
