@@ -94,7 +94,7 @@ test_idmap_grow_in_place (void)
         }
       if (weft__idmap_lookup (&map, key) != NULL)
         continue;
-      guint cap_before = map.keys != NULL ? map.mask + 1 : 0;
+      guint cap_before = map.mask != 0 ? map.mask + 1 : 0; /* mask 0: no table yet */
       weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
       keys[n++] = key;
       if (map.mask + 1 != cap_before || n % 97 == 0)
