@@ -649,8 +649,8 @@ typedef struct _HttpSweep {
 /* How long @hc may stay idle, in microseconds (0: for ever). One that has
  * sent nothing since it was accepted is a request head that has not begun:
  * the header timeout applies when it is the shorter, so a client that
- * connects and stays silent is gone as soon as a slowloris would be. */
-/* @server is passed, not read from @hc: the sweep also meets HttpConns not
+ * connects and stays silent is gone as soon as a slowloris would be.
+ * @server is passed, not read from @hc: the sweep also meets HttpConns not
  * set up yet (all zero, server NULL), and reads only atomics of them. */
 static gint64
 idle_limit_us (WeftHttpServer *server, HttpConn *hc)
