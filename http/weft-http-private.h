@@ -228,7 +228,6 @@ void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
 void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);
 void weft_http_producer_release (WeftHttpRequest *req);
-void weft_http_stream_release (WeftHttpRequest *req);
 void weft_http_request_drop (WeftHttpRequest *req);
 void weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len,
                              gboolean done);

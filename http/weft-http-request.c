@@ -119,6 +119,19 @@ release_body_reader (WeftHttpRequest *req)
     bn (bd);
 }
 
+/* On the context: the body will never come (the connection is gone, or
+ * the request was cut off or refused before its reader asked). The reader
+ * gets no done call, only its notify, and now rather than when the request
+ * is freed: a coroutine waiting for the body holds the request. */
+static void
+body_abandon (WeftHttpRequest *req)
+{
+  if (req->body_done)
+    return;
+  req->body_done = TRUE;
+  release_body_reader (req);
+}
+
 /* The stream producer's notify, once: when the streamed answer ends. Not
  * the body reader's: an answer may end before its request's body does,
  * and the pieces still due go to the reader. */
@@ -137,7 +150,7 @@ weft_http_producer_release (WeftHttpRequest *req)
 
 /* The stream's and the body reader's notifies, once: when the request
  * leaves the connection or is freed. */
-void
+static void
 weft_http_stream_release (WeftHttpRequest *req)
 {
   gpointer bd;
@@ -166,7 +179,7 @@ void
 weft_http_request_drop (WeftHttpRequest *req)
 {
   req->dropped = TRUE;
-  release_body_reader (req);
+  release_body_reader (req); /* not body_abandon(): a reader may still come, and is told */
   if (req->ready)
     drop_answer (req);
 }
@@ -1043,19 +1056,6 @@ weft_http_body_deliver (WeftHttpRequest *req, const guint8 *data, gsize len, gbo
   if (done)
     release_body_reader (req); /* the reader is done with: only its notify is left */
   weft_http_request_unref (req);
-}
-
-/* On the context: the body will never come (the connection is gone, or
- * the request was cut off or refused before its reader asked). The reader
- * gets no done call, only its notify, and now rather than when the request
- * is freed: a coroutine waiting for the body holds the request. */
-static void
-body_abandon (WeftHttpRequest *req)
-{
-  if (req->body_done)
-    return;
-  req->body_done = TRUE;
-  release_body_reader (req);
 }
 
 static void

@@ -664,6 +664,18 @@ idle_limit_us (WeftHttpServer *server, HttpConn *hc)
   return (gint64) ka * 1000;
 }
 
+/* From the sweep's thread: whether @hc has been idle past its limit. An
+ * HttpConn not set up yet reads idle_since 0, as busy. */
+static gboolean
+idle_expired (WeftHttpServer *server, HttpConn *hc, gint64 now)
+{
+  gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
+  if (since == 0)
+    return FALSE;
+  gint64 limit = idle_limit_us (server, hc);
+  return limit != 0 && now - since >= limit;
+}
+
 static void
 keepalive_close_job (gpointer data)
 {
@@ -707,20 +719,13 @@ keepalive_sweep (gpointer data)
     {
       gint64 now = g_get_monotonic_time ();
       /* Accepted connections hold their HttpConn (no set of them: the
-       * listener finds them); only adopted ones are in server->live. An
-       * HttpConn not set up yet reads 0 here, as busy: only one with
-       * idle_since set is looked at further. */
+       * listener finds them); only adopted ones are in server->live. */
       GPtrArray *conns = weft__listener_live_connections (server->listener);
       for (guint i = 0; i < conns->len; i++)
         {
           WeftConnection *conn = conns->pdata[i];
           HttpConn *hc = weft__connection_get_data (conn);
-          gint64 since =
-              hc != NULL ? atomic_load_explicit (&hc->idle_since, memory_order_relaxed) : 0;
-          if (since == 0)
-            continue;
-          gint64 limit = idle_limit_us (server, hc);
-          if (limit != 0 && now - since >= limit)
+          if (hc != NULL && idle_expired (server, hc, now))
             weft_context_post (weft_connection_get_context (conn), keepalive_close_conn_job,
                                weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
         }
@@ -732,11 +737,7 @@ keepalive_sweep (gpointer data)
       while (g_hash_table_iter_next (&it, &key, NULL))
         {
           HttpConn *hc = key;
-          gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
-          if (since == 0)
-            continue;
-          gint64 limit = idle_limit_us (server, hc);
-          if (limit != 0 && now - since >= limit)
+          if (idle_expired (server, hc, now))
             weft_context_post (weft_http_conn_ctx (hc), keepalive_close_job,
                                weft_http_conn_ref (hc), (GDestroyNotify) weft_http_conn_unref);
         }

@@ -145,10 +145,11 @@ static int coro_local_key;
 static atomic_int coro_locals_seen;  /* a handler found an earlier local */
 static atomic_int coro_locals_freed;
 
+/* A coroutine-local's destructor; the local's value is the counter. */
 static void
-coro_local_free (gpointer data)
+count_local_free (gpointer data)
 {
-  atomic_fetch_add (&coro_locals_freed, 1);
+  atomic_fetch_add ((atomic_int *) data, 1);
 }
 
 static void
@@ -156,7 +157,7 @@ coro_n (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
 {
   if (weft_coro_get_local (&coro_local_key) != NULL)
     atomic_fetch_add (&coro_locals_seen, 1);
-  weft_coro_set_local (&coro_local_key, request, coro_local_free);
+  weft_coro_set_local (&coro_local_key, &coro_locals_freed, count_local_free);
   gchar *text = g_strdup_printf ("n=%s;", weft_http_request_get_param (request, "n"));
   weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
   g_free (text);
@@ -168,15 +169,9 @@ static atomic_int coro_hang_started;
 static atomic_int coro_hang_freed;
 
 static void
-coro_hang_free (gpointer data)
-{
-  atomic_fetch_add (&coro_hang_freed, 1);
-}
-
-static void
 coro_hang (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
 {
-  weft_coro_set_local (&coro_local_key, request, coro_hang_free);
+  weft_coro_set_local (&coro_local_key, &coro_hang_freed, count_local_free);
   atomic_store (&coro_hang_started, 1);
   weft_coro_sleep (60 * 1000);
   weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "late", 4);
