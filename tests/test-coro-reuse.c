@@ -390,10 +390,7 @@ late_job (gpointer data)
 {
   Late *l = data;
   atomic_store (&l->in_job, 1);
-  /* Bounded: the test thread unrefs as soon as it sees in_job. */
-  gint64 deadline = g_get_monotonic_time () + WT_DEADLINE_US;
-  while (!atomic_load (&l->unrefed) && g_get_monotonic_time () < deadline)
-    g_usleep (1000);
+  WT_WAIT_UNTIL (atomic_load (&l->unrefed)); /* the test thread unrefs once it sees in_job */
   /* The callback alone keeps the context now (an internal hold). */
   g_assert_true (weft_context_is_destroyed (weft_context_get_current ()));
   weft__coro_spawn_here (weft_context_get_current (), late_body, l, late_notify, 0);
