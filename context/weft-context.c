@@ -354,6 +354,10 @@ weft__context_run (WeftContext *self)
   guint budget = RUN_BUDGET;
   guint spins = 0;
 
+  /* Back to this after the run: a run nested in a callback (of a
+   * GMainContext, say) leaves its caller a time to read again. */
+  gint64 time_after = prev != NULL ? WEFT_CB_TIME_UNSET : WEFT_CB_TIME_OFF;
+
   tls_current = self;
   for (;;)
     {
@@ -362,6 +366,7 @@ weft__context_run (WeftContext *self)
         {
           gboolean drop = (atomic_load_explicit (&self->state, memory_order_relaxed) &
                            WEFT_CTX_CLOSED) != 0;
+          weft__cb_time_set (WEFT_CB_TIME_UNSET); /* a callback starts */
           process (self, n, drop);
           self->idles_due = TRUE;
           if (--budget == 0)
@@ -370,6 +375,7 @@ weft__context_run (WeftContext *self)
                * No wake-up: this worker is awake and looks at the queue next,
                * and whatever else is queued already had its wake. */
               tls_current = prev;
+              weft__cb_time_set (time_after);
               if (self->main_queue != NULL)
                 weft__main_queue_push_context (self->main_queue, self);
               else
@@ -391,6 +397,7 @@ weft__context_run (WeftContext *self)
           continue;
         }
       tls_current = prev;
+      weft__cb_time_set (time_after);
       if (!release (self))
         return;
       tls_current = self;

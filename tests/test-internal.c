@@ -229,6 +229,57 @@ test_idmap_grow_in_place (void)
 }
 
 static void
+test_idmap_grow_big (void)
+{
+  g_test_summary ("Growing the id map in place up to 512k slots (a block realloc moves "
+                  "with mremap) keeps every entry findable, sequential ids and ids a "
+                  "multiple of 65536 apart alike, and removal and steal_all see them all");
+
+  WeftIdMap map;
+  GRand *rand = g_rand_new_with_seed (7);
+  guint n_keys = 150000, n = 0;
+  guint *keys = g_new (guint, n_keys);
+  GHashTable *seen = g_hash_table_new (g_direct_hash, g_direct_equal);
+
+  weft__idmap_init (&map);
+  while (n < n_keys)
+    {
+      guint key;
+      if (g_rand_int_range (rand, 0, 8) != 0)
+        key = n + 1;
+      else /* collides with an earlier one in the tables of 64k to 512k slots */
+        key = (n > 0 ? keys[g_rand_int_range (rand, 0, n)] : 1) +
+              65536 * g_rand_int_range (rand, 1, 8);
+      if (g_hash_table_contains (seen, GUINT_TO_POINTER (key)))
+        continue;
+      guint cap_before = map.mask + 1;
+      weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
+      g_hash_table_add (seen, GUINT_TO_POINTER (key));
+      keys[n++] = key;
+      if (map.mask + 1 != cap_before)
+        for (guint i = 0; i < n; i++)
+          g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+    }
+  g_assert_cmpuint (map.mask + 1, >=, 262144);
+  for (guint i = 0; i < n; i++)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 0; i < n; i += 2)
+    g_assert_true (weft__idmap_remove (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 0; i < n; i++)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) ==
+                   (i % 2 ? GUINT_TO_POINTER (keys[i]) : NULL));
+  GPtrArray *all = g_ptr_array_new ();
+  weft__idmap_steal_all (&map, all);
+  g_assert_cmpuint (all->len, ==, n / 2);
+  g_assert_cmpuint (map.len, ==, 0);
+  g_ptr_array_unref (all);
+  weft__idmap_clear (&map);
+  g_hash_table_unref (seen);
+  g_free (keys);
+  g_rand_free (rand);
+}
+
+static void
 test_idmap_remove_in_order (void)
 {
   g_test_summary ("Removing 100k sequential ids in insertion order leaves every other "
@@ -465,6 +516,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/idmap-model", test_idmap_model);
   g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
   g_test_add_func ("/internal/idmap-grow-in-place", test_idmap_grow_in_place);
+  g_test_add_func ("/internal/idmap-grow-big", test_idmap_grow_big);
   g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
