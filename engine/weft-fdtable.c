@@ -151,30 +151,30 @@ weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
 
 /* A batch of readiness for many connections finds their memory out of
  * cache, and each lookup, reference and push would wait for its own
- * misses in turn (the atomics serialise them). Prefetching all slots of a
- * batch first, then all sources, lets the misses overlap. Hints only:
- * nothing is dereferenced, a stale or freed source is never read. */
+ * misses in turn (the atomics serialise them). Hinting every slot of the
+ * batch, then every source they name, lets the misses overlap. Hints
+ * only: a stale or freed source is never read. */
 void
-weft__fdtable_prefetch_slot (WeftFdTable *t, guint64 key)
+weft__fdtable_prefetch (WeftFdTable *t, const WeftPollEvent *ev, int n)
 {
-  guint32 index = (guint32) key;
-  if ((index >> CHUNK_BITS) >= MAX_CHUNKS)
-    return;
-  Slot *s = slot_at (t, index);
-  if (s != NULL)
-    __builtin_prefetch (s, 1);
-}
-
-void
-weft__fdtable_prefetch_source (WeftFdTable *t, guint64 key)
-{
-  guint32 index = (guint32) key;
-  if ((index >> CHUNK_BITS) >= MAX_CHUNKS)
-    return;
-  Slot *s = slot_at (t, index);
-  if (s == NULL)
-    return;
-  WeftFdSource *src = atomic_load_explicit (&s->source, memory_order_relaxed);
-  if (src != NULL)
-    __builtin_prefetch (src, 1);
+  Slot *slots[64];
+  int m = 0;
+  for (int i = 0; i < n && m < (int) G_N_ELEMENTS (slots); i++)
+    {
+      guint32 index = (guint32) ev[i].key;
+      if ((ev[i].key >> 32) == 0 || (index >> CHUNK_BITS) >= MAX_CHUNKS)
+        continue;
+      Slot *s = slot_at (t, index);
+      if (s != NULL)
+        {
+          __builtin_prefetch (s, 1);
+          slots[m++] = s;
+        }
+    }
+  for (int i = 0; i < m; i++)
+    {
+      WeftFdSource *src = atomic_load_explicit (&slots[i]->source, memory_order_relaxed);
+      if (src != NULL)
+        __builtin_prefetch (src, 1);
+    }
 }

@@ -99,14 +99,7 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
    * misses one after another. So in rounds: hint every slot, then every
    * source, then look each up (hinting its context and owner), then push. */
   if (n > 1)
-    {
-      for (int i = 0; i < n; i++)
-        if (ev[i].key >> 32)
-          weft__fdtable_prefetch_slot (e->fdtable, ev[i].key);
-      for (int i = 0; i < n; i++)
-        if (ev[i].key >> 32)
-          weft__fdtable_prefetch_source (e->fdtable, ev[i].key);
-    }
+    weft__fdtable_prefetch (e->fdtable, ev, n);
   for (int i = 0; i < n; i++)
     {
       src[i] = NULL;

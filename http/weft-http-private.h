@@ -72,7 +72,8 @@ struct _WeftHttpRequest {
 
   /* The answer; set once (responded), written in arrival order. */
   atomic_int responded;
-  GThread *_Atomic handler_thread; /* set while its handler runs */
+  gconstpointer _Atomic handler_thread; /* weft_http_this_thread(), while its
+                                         * handler runs */
   gboolean coro_handler_running; /* its coroutine handler has not returned
                                   * (on the connection's context) */
   guint status;
@@ -250,3 +251,14 @@ void weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req);
 /* weft-http-static.c: for the tests, the openat2-less path */
 void weft__http_static_force_fallback (gboolean force);
 gboolean weft__http_static_uses_fallback (void);
+
+/* The calling thread, as handler_thread records it: the address of a
+ * thread-local, one %fs-relative add (g_thread_self() is a GPrivate
+ * lookup, and it was taken twice per request). */
+extern _Thread_local WEFT_TLS_IE char weft__http_thread_token;
+
+static inline gconstpointer
+weft_http_this_thread (void)
+{
+  return &weft__http_thread_token;
+}

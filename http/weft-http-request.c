@@ -79,6 +79,8 @@ http_date (void)
 }
 
 
+_Thread_local WEFT_TLS_IE char weft__http_thread_token;
+
 static gboolean
 on_context (HttpConn *hc)
 {
@@ -379,7 +381,7 @@ attach (WeftHttpRequest *req)
       return;
     }
   /* (The context test first: another thread must not read inline_req.) */
-  if (atomic_load (&req->handler_thread) == g_thread_self () ||
+  if (atomic_load (&req->handler_thread) == weft_http_this_thread () ||
       (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
@@ -417,7 +419,7 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
   int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
   /* Answering writes it out and may drop the queue's reference. */
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, g_thread_self ());
+  atomic_store (&req->handler_thread, weft_http_this_thread ());
   if (claim (req, "weft_http_respond_self"))
     {
       build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);

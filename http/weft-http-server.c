@@ -526,7 +526,7 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
       return;
     }
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, g_thread_self ());
+  atomic_store (&req->handler_thread, weft_http_this_thread ());
   func (server, req, weft_http_route_get_data (req->route));
   atomic_store (&req->handler_thread, NULL);
   if (req->stream_body && req->ready && !hc->closed)
