@@ -90,7 +90,11 @@ on_context (HttpConn *hc)
 WeftHttpRequest *
 weft_http_request_new (HttpConn *hc)
 {
-  WeftHttpRequest *req = g_new0 (WeftHttpRequest, 1);
+  /* malloc and memset, not calloc: glibc's calloc skips the thread
+   * cache (its arena path and lock, once per request), and the requests
+   * it freed then overflowed the cache's bin on the free side too. */
+  WeftHttpRequest *req = g_malloc (sizeof *req);
+  memset (req, 0, sizeof *req);
   req->ref_count = 1;
   req->hc = weft_http_conn_ref (hc);
   req->method = req->path = req->query = "";
