@@ -17,6 +17,10 @@
 #include <stdatomic.h>
 
 #define WEFT_HTTP_BIG_BODY 16384      /* bodies above: written by reference */
+/* Heads (with a small body) shorter than this are copied into the
+ * connection's write queue, where pipelined answers share a chunk; longer
+ * ones are handed over (weft_connection_write_bytes()'s own threshold). */
+#define WEFT_HTTP_HEAD_COPY 1024
 #define WEFT_HTTP_LATENCY_BUCKETS 24  /* log2 µs: [2^i, 2^(i+1)), last open */
 
 typedef struct _HttpConn HttpConn;
@@ -77,7 +81,10 @@ struct _WeftHttpRequest {
   gboolean coro_handler_running; /* its coroutine handler has not returned
                                   * (on the connection's context) */
   guint status;
-  GBytes *resp_head;
+  char *resp_head;          /* (owned) the head and a small body: a plain
+                             * buffer, no GBytes (two allocations less
+                             * per request) */
+  gsize resp_head_len;
   GBytes *resp_body;
   int resp_fd;              /* a file body (owned), or -1 */
   guint64 resp_off;

@@ -336,7 +336,8 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   if (inline_len > 0)
     p = put (p, (const char *) inline_body, inline_len);
   g_assert ((gsize) (p - buf) <= cap);
-  req->resp_head = g_bytes_new_take (buf, (gsize) (p - buf));
+  req->resp_head = buf;
+  req->resp_head_len = (gsize) (p - buf);
 }
 
 static void
@@ -441,8 +442,10 @@ weft_http_force_close (WeftHttpRequest *req)
   if (req->close_after)
     return;
   req->close_after = TRUE;
-  gsize len;
-  const char *h = g_bytes_get_data (req->resp_head, &len);
+  if (req->resp_head == NULL)
+    return; /* out already (handed over): the close is all that is left */
+  gsize len = req->resp_head_len;
+  const char *h = req->resp_head;
   static const char ka[] = "Connection: keep-alive\r\n";
   /* The head ends at the first blank line; a small body may follow. */
   gsize head_len = (gsize) (g_strstr_len (h, (gssize) len, "\r\n\r\n") - h) + 4;
@@ -454,8 +457,9 @@ weft_http_force_close (WeftHttpRequest *req)
       head_len -= sizeof ka - 1;
     }
   g_string_insert (s, (gssize) head_len - 2, "Connection: close\r\n");
-  g_bytes_unref (req->resp_head);
-  req->resp_head = g_string_free_to_bytes (s);
+  g_free (req->resp_head);
+  req->resp_head_len = s->len;
+  req->resp_head = g_string_free (s, FALSE);
 }
 
 /* ---- the request -------------------------------------------------------- */
@@ -507,8 +511,7 @@ weft_http_request_unref (WeftHttpRequest *self)
   GHashTable *q = atomic_load (&self->query_table);
   if (q != NULL)
     g_hash_table_unref (q);
-  if (self->resp_head != NULL)
-    g_bytes_unref (self->resp_head);
+  g_free (self->resp_head);
   if (self->resp_body != NULL)
     g_bytes_unref (self->resp_body);
   if (self->resp_fd >= 0)
