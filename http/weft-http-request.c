@@ -60,8 +60,8 @@ reason (guint status)
 static const char *
 http_date (void)
 {
-  static __thread time_t cached_sec = -1;
-  static __thread char buf[40];
+  static _Thread_local WEFT_TLS_IE time_t cached_sec = -1;
+  static _Thread_local WEFT_TLS_IE char buf[40];
   time_t now = time (NULL);
   if (now != cached_sec)
     {
@@ -516,7 +516,8 @@ weft_http_request_unref (WeftHttpRequest *self)
     g_bytes_unref (self->resp_body);
   if (self->resp_fd >= 0)
     close (self->resp_fd);
-  g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
+  if (!g_queue_is_empty (&self->stream_q))
+    g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
   g_free (self);
   weft_http_conn_unref (hc);
 }
