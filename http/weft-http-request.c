@@ -290,11 +290,13 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     req->bytes_out = req->resp_len;
 
   const char *why = reason (status);
+  gsize why_len = strlen (why);
   const char *date = http_date ();
+  gsize date_len = strlen (date);
   gsize ct_len = content_type != NULL ? strlen (content_type) : 0;
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
-  gsize cap = 9 + 4 + strlen (why) + 2 + 6 + strlen (date) + 2 + (14 + ct_len + 2) +
-              (16 + 20 + 2) + 28 + extra_len + 24 + 2 + inline_len;
+  gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + ct_len + 2) + (16 + 20 + 2) + 28 +
+              extra_len + 24 + 2 + inline_len;
   char *buf = g_malloc (cap);
   char *p = buf;
   p = PUT_LIT (p, "HTTP/1.1 ");
@@ -302,9 +304,9 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   *p++ = (char) ('0' + status / 10 % 10);
   *p++ = (char) ('0' + status % 10);
   *p++ = ' ';
-  p = put (p, why, strlen (why));
+  p = put (p, why, why_len);
   p = PUT_LIT (p, "\r\nDate: ");
-  p = put (p, date, strlen (date));
+  p = put (p, date, date_len);
   p = PUT_LIT (p, "\r\n");
   if (content_type != NULL)
     {
