@@ -228,10 +228,16 @@ void weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail,
 /* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
  * by the context's address (which is fixed, like its engine). */
 static inline WeftMutex *
+weft__engine_ctx_lock (WeftEngine *engine, WeftContext *ctx)
+{
+  guint h = (guint) ((guintptr) ctx >> 4) * 0x9E3779B1u; /* Fibonacci hashing */
+  return &engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].m;
+}
+
+static inline WeftMutex *
 weft__context_lock (WeftContext *self)
 {
-  guint h = (guint) ((guintptr) self >> 4) * 0x9E3779B1u; /* Fibonacci hashing */
-  return &self->engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].m;
+  return weft__engine_ctx_lock (self->engine, self);
 }
 
 WeftContext *weft__context_internal_ref (WeftContext *self);
@@ -286,6 +292,8 @@ void weft__source_dispatch_queued (WeftSource *source, gboolean drop,
                                    void (*rearm_unlocked) (WeftSource *source));
 
 void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);
+/* Cache hints for the readiness of a referenced @source (weft-fd.c). */
+void weft__fd_source_prefetch (WeftFdSource *source, WeftEngine *engine);
 void weft__fd_source_dispatch (WeftFdSource *source, gboolean drop);
 gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 

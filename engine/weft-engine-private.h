@@ -97,6 +97,9 @@ guint64 weft__fdtable_insert (WeftFdTable *table, WeftFdSource *source);
 void weft__fdtable_clear (WeftFdTable *table, guint64 key);
 /* Returns the source with a new reference taken, or NULL if stale. */
 WeftFdSource *weft__fdtable_lookup_ref (WeftFdTable *table, guint64 key);
+/* Cache hints for a batch of epoll events (see handle_events()): every
+ * fd key's slot, then the source each names; no source is read. */
+void weft__fdtable_prefetch (WeftFdTable *table, const WeftPollEvent *ev, int n);
 
 /* ---- 4-ary min-heap of (deadline, owner) ------------------------------ */
 

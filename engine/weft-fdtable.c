@@ -18,7 +18,9 @@
 typedef struct {
   atomic_int lock;
   guint32 gen;              /* HOLDS: lock */
-  WeftFdSource *source;     /* HOLDS: lock; NULL when free */
+  /* HOLDS: lock to write; NULL when free. Atomic (relaxed: a plain access
+   * on x86) only so that weft__fdtable_prefetch() may peek without it. */
+  WeftFdSource *_Atomic source;
 } Slot;
 
 struct _WeftFdTable {
@@ -102,7 +104,7 @@ weft__fdtable_insert (WeftFdTable *t, WeftFdSource *source)
   slot_lock (s);
   if (++s->gen == 0)
     s->gen = 1;
-  s->source = source;
+  atomic_store_explicit (&s->source, source, memory_order_relaxed);
   guint64 key = ((guint64) s->gen << 32) | index;
   slot_unlock (s);
   return key;
@@ -116,7 +118,7 @@ weft__fdtable_clear (WeftFdTable *t, guint64 key)
 
   slot_lock (s);
   g_assert (s->gen == (guint32) (key >> 32));
-  s->source = NULL;
+  atomic_store_explicit (&s->source, NULL, memory_order_relaxed);
   s->gen++;
   slot_unlock (s);
 
@@ -137,11 +139,42 @@ weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
 
   WeftFdSource *src = NULL;
   slot_lock (s);
-  if (s->gen == (guint32) (key >> 32) && s->source != NULL)
+  if (s->gen == (guint32) (key >> 32))
     {
-      src = s->source;
-      weft__source_ref (&src->base);
+      src = atomic_load_explicit (&s->source, memory_order_relaxed);
+      if (src != NULL)
+        weft__source_ref (&src->base);
     }
   slot_unlock (s);
   return src;
+}
+
+/* A batch of readiness for many connections finds their memory out of
+ * cache, and each lookup, reference and push would wait for its own
+ * misses in turn (the atomics serialise them). Hinting every slot of the
+ * batch, then every source they name, lets the misses overlap. Hints
+ * only: a stale or freed source is never read. */
+void
+weft__fdtable_prefetch (WeftFdTable *t, const WeftPollEvent *ev, int n)
+{
+  Slot *slots[64];
+  int m = 0;
+  for (int i = 0; i < n && m < (int) G_N_ELEMENTS (slots); i++)
+    {
+      guint32 index = (guint32) ev[i].key;
+      if ((ev[i].key >> 32) == 0 || (index >> CHUNK_BITS) >= MAX_CHUNKS)
+        continue;
+      Slot *s = slot_at (t, index);
+      if (s != NULL)
+        {
+          __builtin_prefetch (s, 1);
+          slots[m++] = s;
+        }
+    }
+  for (int i = 0; i < m; i++)
+    {
+      WeftFdSource *src = atomic_load_explicit (&slots[i]->source, memory_order_relaxed);
+      if (src != NULL)
+        __builtin_prefetch (src, 1);
+    }
 }

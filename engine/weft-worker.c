@@ -91,17 +91,34 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
 {
   WeftEngine *e = w->engine;
   WeftContext *local = NULL;
+  WeftFdSource *src[64];
 
+  g_assert (n <= (int) G_N_ELEMENTS (src));
+  /* With many connections each one's slot, source, context and state are
+   * out of cache, and the lookups' and pushes' atomics would take their
+   * misses one after another. So in rounds: hint every slot, then every
+   * source, then look each up (hinting its context and owner), then push. */
+  if (n > 1)
+    weft__fdtable_prefetch (e->fdtable, ev, n);
+  for (int i = 0; i < n; i++)
+    {
+      src[i] = NULL;
+      if (ev[i].key >> 32)
+        {
+          src[i] = weft__fdtable_lookup_ref (e->fdtable, ev[i].key);
+          if (src[i] != NULL && n > 1)
+            weft__fd_source_prefetch (src[i], e);
+        }
+    }
   for (int i = 0; i < n; i++)
     {
       guint64 key = ev[i].key;
       if (key >> 32)
         {
-          WeftFdSource *src = weft__fdtable_lookup_ref (e->fdtable, key);
-          if (src != NULL)
+          if (src[i] != NULL)
             {
               bump (&w->counters.fd_events);
-              weft__fd_source_ready (src, ev[i].events, &local);
+              weft__fd_source_ready (src[i], ev[i].events, &local);
             }
           continue;
         }

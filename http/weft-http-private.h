@@ -17,6 +17,10 @@
 #include <stdatomic.h>
 
 #define WEFT_HTTP_BIG_BODY 16384      /* bodies above: written by reference */
+/* Heads (with a small body) shorter than this are copied into the
+ * connection's write queue, where pipelined answers share a chunk; longer
+ * ones are handed over (weft_connection_write_bytes()'s own threshold). */
+#define WEFT_HTTP_HEAD_COPY 1024
 #define WEFT_HTTP_LATENCY_BUCKETS 24  /* log2 µs: [2^i, 2^(i+1)), last open */
 
 typedef struct _HttpConn HttpConn;
@@ -72,11 +76,15 @@ struct _WeftHttpRequest {
 
   /* The answer; set once (responded), written in arrival order. */
   atomic_int responded;
-  GThread *_Atomic handler_thread; /* set while its handler runs */
+  gconstpointer _Atomic handler_thread; /* weft_http_this_thread(), while its
+                                         * handler runs */
   gboolean coro_handler_running; /* its coroutine handler has not returned
                                   * (on the connection's context) */
   guint status;
-  GBytes *resp_head;
+  char *resp_head;          /* (owned) the head and a small body: a plain
+                             * buffer, no GBytes (two allocations less
+                             * per request) */
+  gsize resp_head_len;
   GBytes *resp_body;
   int resp_fd;              /* a file body (owned), or -1 */
   guint64 resp_off;
@@ -250,3 +258,14 @@ void weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req);
 /* weft-http-static.c: for the tests, the openat2-less path */
 void weft__http_static_force_fallback (gboolean force);
 gboolean weft__http_static_uses_fallback (void);
+
+/* The calling thread, as handler_thread records it: the address of a
+ * thread-local, one %fs-relative add (g_thread_self() is a GPrivate
+ * lookup, and it was taken twice per request). */
+extern _Thread_local WEFT_TLS_IE char weft__http_thread_token;
+
+static inline gconstpointer
+weft_http_this_thread (void)
+{
+  return &weft__http_thread_token;
+}

@@ -60,8 +60,8 @@ reason (guint status)
 static const char *
 http_date (void)
 {
-  static __thread time_t cached_sec = -1;
-  static __thread char buf[40];
+  static _Thread_local WEFT_TLS_IE time_t cached_sec = -1;
+  static _Thread_local WEFT_TLS_IE char buf[40];
   time_t now = time (NULL);
   if (now != cached_sec)
     {
@@ -79,6 +79,8 @@ http_date (void)
 }
 
 
+_Thread_local WEFT_TLS_IE char weft__http_thread_token;
+
 static gboolean
 on_context (HttpConn *hc)
 {
@@ -88,7 +90,11 @@ on_context (HttpConn *hc)
 WeftHttpRequest *
 weft_http_request_new (HttpConn *hc)
 {
-  WeftHttpRequest *req = g_new0 (WeftHttpRequest, 1);
+  /* malloc and memset, not calloc: glibc's calloc skips the thread
+   * cache (its arena path and lock, once per request), and the requests
+   * it freed then overflowed the cache's bin on the free side too. */
+  WeftHttpRequest *req = g_malloc (sizeof *req);
+  memset (req, 0, sizeof *req);
   req->ref_count = 1;
   req->hc = weft_http_conn_ref (hc);
   req->method = req->path = req->query = "";
@@ -284,11 +290,13 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
     req->bytes_out = req->resp_len;
 
   const char *why = reason (status);
+  gsize why_len = strlen (why);
   const char *date = http_date ();
+  gsize date_len = strlen (date);
   gsize ct_len = content_type != NULL ? strlen (content_type) : 0;
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
-  gsize cap = 9 + 4 + strlen (why) + 2 + 6 + strlen (date) + 2 + (14 + ct_len + 2) +
-              (16 + 20 + 2) + 28 + extra_len + 24 + 2 + inline_len;
+  gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + ct_len + 2) + (16 + 20 + 2) + 28 +
+              extra_len + 24 + 2 + inline_len;
   char *buf = g_malloc (cap);
   char *p = buf;
   p = PUT_LIT (p, "HTTP/1.1 ");
@@ -296,9 +304,9 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   *p++ = (char) ('0' + status / 10 % 10);
   *p++ = (char) ('0' + status % 10);
   *p++ = ' ';
-  p = put (p, why, strlen (why));
+  p = put (p, why, why_len);
   p = PUT_LIT (p, "\r\nDate: ");
-  p = put (p, date, strlen (date));
+  p = put (p, date, date_len);
   p = PUT_LIT (p, "\r\n");
   if (content_type != NULL)
     {
@@ -330,7 +338,8 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   if (inline_len > 0)
     p = put (p, (const char *) inline_body, inline_len);
   g_assert ((gsize) (p - buf) <= cap);
-  req->resp_head = g_bytes_new_take (buf, (gsize) (p - buf));
+  req->resp_head = buf;
+  req->resp_head_len = (gsize) (p - buf);
 }
 
 static void
@@ -379,7 +388,7 @@ attach (WeftHttpRequest *req)
       return;
     }
   /* (The context test first: another thread must not read inline_req.) */
-  if (atomic_load (&req->handler_thread) == g_thread_self () ||
+  if (atomic_load (&req->handler_thread) == weft_http_this_thread () ||
       (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
@@ -417,7 +426,7 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
   int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
   /* Answering writes it out and may drop the queue's reference. */
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, g_thread_self ());
+  atomic_store (&req->handler_thread, weft_http_this_thread ());
   if (claim (req, "weft_http_respond_self"))
     {
       build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
@@ -435,8 +444,10 @@ weft_http_force_close (WeftHttpRequest *req)
   if (req->close_after)
     return;
   req->close_after = TRUE;
-  gsize len;
-  const char *h = g_bytes_get_data (req->resp_head, &len);
+  if (req->resp_head == NULL)
+    return; /* out already (handed over): the close is all that is left */
+  gsize len = req->resp_head_len;
+  const char *h = req->resp_head;
   static const char ka[] = "Connection: keep-alive\r\n";
   /* The head ends at the first blank line; a small body may follow. */
   gsize head_len = (gsize) (g_strstr_len (h, (gssize) len, "\r\n\r\n") - h) + 4;
@@ -448,8 +459,9 @@ weft_http_force_close (WeftHttpRequest *req)
       head_len -= sizeof ka - 1;
     }
   g_string_insert (s, (gssize) head_len - 2, "Connection: close\r\n");
-  g_bytes_unref (req->resp_head);
-  req->resp_head = g_string_free_to_bytes (s);
+  g_free (req->resp_head);
+  req->resp_head_len = s->len;
+  req->resp_head = g_string_free (s, FALSE);
 }
 
 /* ---- the request -------------------------------------------------------- */
@@ -501,13 +513,13 @@ weft_http_request_unref (WeftHttpRequest *self)
   GHashTable *q = atomic_load (&self->query_table);
   if (q != NULL)
     g_hash_table_unref (q);
-  if (self->resp_head != NULL)
-    g_bytes_unref (self->resp_head);
+  g_free (self->resp_head);
   if (self->resp_body != NULL)
     g_bytes_unref (self->resp_body);
   if (self->resp_fd >= 0)
     close (self->resp_fd);
-  g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
+  if (!g_queue_is_empty (&self->stream_q))
+    g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
   g_free (self);
   weft_http_conn_unref (hc);
 }

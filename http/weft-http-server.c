@@ -321,7 +321,16 @@ flush_ready_corked (HttpConn *hc)
           if (hc->draining && (hc->closing || hc->drain_taken) && req == hc->pending_tail)
             weft_http_force_close (req);
           req->head_sent = TRUE;
-          weft_connection_write_bytes (hc->conn, req->resp_head);
+          if (req->resp_head_len < WEFT_HTTP_HEAD_COPY)
+            weft_connection_write (hc->conn, (const guint8 *) req->resp_head,
+                                   req->resp_head_len);
+          else
+            {
+              GBytes *head = g_bytes_new_take (g_steal_pointer (&req->resp_head),
+                                               req->resp_head_len);
+              weft_connection_write_bytes (hc->conn, head);
+              g_bytes_unref (head);
+            }
           if (req->resp_body != NULL)
             weft_connection_write_bytes (hc->conn, req->resp_body);
           if (req->resp_fd >= 0 && req->resp_len > 0)
@@ -526,7 +535,7 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
       return;
     }
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, g_thread_self ());
+  atomic_store (&req->handler_thread, weft_http_this_thread ());
   func (server, req, weft_http_route_get_data (req->route));
   atomic_store (&req->handler_thread, NULL);
   if (req->stream_body && req->ready && !hc->closed)

@@ -251,7 +251,7 @@ low_water (WeftConnection *self)
 /* One per thread, freed when the thread exits (GPrivate's notify); the
  * thread-local pointer saves the lookup. */
 static GPrivate scratch_key = G_PRIVATE_INIT (g_free);
-static _Thread_local guint8 *scratch;
+static _Thread_local WEFT_TLS_IE guint8 *scratch;
 
 static guint8 *
 scratch_buffer (void)

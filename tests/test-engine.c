@@ -830,6 +830,97 @@ test_wakeups_batched (void)
   wt_gate_clear (&gate);
 }
 
+/* ---- /engine/fd-batch -------------------------------------------------- */
+
+#define FD_BATCH_N 200
+
+typedef struct {
+  int fds[2];
+  atomic_int ran;
+  atomic_int notified;
+  WeftContext *ctx;
+  guint id;
+} FdBatchItem;
+
+static gboolean
+fd_batch_cb (gint fd, GIOCondition cond, gpointer data)
+{
+  FdBatchItem *it = data;
+  char c;
+  g_assert_cmpint (read (fd, &c, 1), ==, 1);
+  atomic_fetch_add (&it->ran, 1);
+  return G_SOURCE_CONTINUE;
+}
+
+static void
+fd_batch_notify (gpointer data)
+{
+  FdBatchItem *it = data;
+  atomic_fetch_add (&it->notified, 1);
+}
+
+static void
+test_fd_batch (void)
+{
+  g_test_summary ("Readiness on many contexts at once (epoll batches of up to 64, looked up "
+                  "and pushed in rounds) reaches every live source exactly once, and none "
+                  "of the sources removed before the poll");
+
+  WeftEngine *engine = wt_engine_new (1);
+  FdBatchItem *items = g_new0 (FdBatchItem, FD_BATCH_N);
+  for (guint i = 0; i < FD_BATCH_N; i++)
+    {
+      FdBatchItem *it = &items[i];
+      wt_pipe (it->fds);
+      it->ctx = weft_context_new (engine);
+      it->id = weft_context_add_fd (it->ctx, it->fds[0], G_IO_IN, fd_batch_cb, it,
+                                    fd_batch_notify, NULL);
+      g_assert_cmpuint (it->id, !=, 0);
+      weft_context_dispatch (it->ctx);
+    }
+  wt_wait_engine_idle (engine);
+  WeftEngineStats s0 = wt_stats (engine);
+
+  /* Hold the only worker, make every pipe readable, drop every fourth
+   * source: the worker's next polls find them all ready at once. */
+  WtGate gate;
+  wt_gate_init (&gate);
+  g_assert_true (weft_engine_post (engine, wt_gate_job, &gate, NULL));
+  WT_WAIT_UNTIL (atomic_load (&gate.entered) == 1);
+  g_assert_cmpint (atomic_load (&gate.entered), ==, 1);
+  for (guint i = 0; i < FD_BATCH_N; i++)
+    wt_write_byte (items[i].fds[1]);
+  for (guint i = 0; i < FD_BATCH_N; i += 4)
+    g_assert_true (weft_context_remove (items[i].ctx, items[i].id));
+  wt_gate_open (&gate);
+
+  gint live = FD_BATCH_N - (FD_BATCH_N + 3) / 4;
+  WT_WAIT_UNTIL (wt_stats (engine).fd_events - s0.fd_events >= (guint64) live);
+  wt_wait_engine_idle (engine);
+  WeftEngineStats s1 = wt_stats (engine);
+  g_assert_cmpuint (s1.fd_events - s0.fd_events, ==, (guint64) live);
+  for (guint i = 0; i < FD_BATCH_N; i++)
+    {
+      gboolean removed = i % 4 == 0;
+      g_assert_cmpint (atomic_load (&items[i].ran), ==, removed ? 0 : 1);
+      g_assert_cmpint (atomic_load (&items[i].notified), ==, removed ? 1 : 0);
+    }
+  /* Batched: far fewer polls than readiness events. */
+  g_assert_cmpuint (s1.polls - s0.polls, <, (guint64) live / 2);
+
+  for (guint i = 0; i < FD_BATCH_N; i++)
+    {
+      weft_context_destroy (items[i].ctx);
+      weft_context_unref (items[i].ctx);
+      g_assert_cmpint (atomic_load (&items[i].notified), ==, 1);
+      wt_close (items[i].fds[0]);
+      wt_close (items[i].fds[1]);
+    }
+  weft_engine_unref (engine);
+  wt_gate_clear (&gate);
+  g_free (items);
+}
+
 /* ---- /engine/misuse ---------------------------------------------------- */
 
 #define EXPECT_CRITICAL() \
@@ -1254,6 +1345,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/timer-slack-coalesce", test_timer_slack_coalesce);
   g_test_add_func ("/engine/timer-slack-precise", test_timer_slack_precise);
   g_test_add_func ("/engine/timer-rearm-after-fire", test_timer_rearm_after_fire);
+  g_test_add_func ("/engine/fd-batch", test_fd_batch);
   g_test_add_func ("/engine/misuse", test_misuse);
   g_test_add_func ("/engine/stop-from-worker-is-critical", test_stop_from_worker_is_critical);
 
