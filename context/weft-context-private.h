@@ -161,44 +161,67 @@ enum {
   WEFT_CTX_TAIL_CONN = 1u << 3,
 };
 
-/* Laid out by who writes what. Line 0: the scheduling state, written by
- * posters that claim an idle context and by the runner when it releases.
- * Each inbox head has a line of its own: posters exchange it on every post,
- * and sharing it with the state word made the runner's release and the
- * next post fight over one line (post cost measured 2-4x higher). */
+/* Laid out by who touches what, for an allocation that is only 16-byte
+ * aligned (no cache-line alignment: it cost idle connections ~190 bytes
+ * each), so fields 64 bytes apart from the start of their 16-byte slots
+ * never share a line. Three groups, each in a slot of its own:
+ *  - the consumer's (back_tail, idles_due): written on every pop;
+ *  - the read-mostly words every post and every pop read (state,
+ *    max_queued, engine): written only on claim and release;
+ *  - back_head, which every post exchanges.
+ * A runner that read a line posters write, or wrote one they read, moved
+ * it between the CPUs on every job (post cost measured 2-4x higher). The
+ * rest, touched on claims, by sources or under the lock, fills the gaps,
+ * so the context is no larger than with the groups side by side (the
+ * static assertions in weft-context.c keep the distances). */
 struct _WeftContext {
-  WeftNode run_node;           /* on the engine run queue while scheduled */
+  WeftNode run_node;           /* first: the run queues hold this node; on
+                                * the engine run queue while scheduled */
+  /* The consumer's slot. The back inbox is a WeftMpscTight taken apart
+   * (used through the weft__mpsc_*_at() forms), so that its tail and its
+   * head sit in different slots. */
+  WeftNode *_Atomic back_tail; /* consumer only (and _nonempty hints) */
+  gboolean idles_due;          /* consumer only */
+  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
+
+  WeftNode back_stub;          /* written by a poster only when the inbox was empty */
+  /* post_front's queue, made by the first one (few contexts ever get
+   * one): idle connections are counted in bytes. Read by every pop. */
+  WeftMpscTight *_Atomic front;
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
+  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
+  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
+
+  /* Read-mostly: every post reads these, every pop reads the state. */
+  _Atomic guint state;
+  guint max_queued;            /* set before dispatch */
+  WeftEngine *engine;          /* (owned) internal reference */
+
   gint internal_refs;          /* (atomic) 1 for the public side, +1 while
                                 * scheduled, +1 per fd or signal source, +1
                                 * per engine timer heap entry or queued
                                 * timers_node, +1 per internal push */
-  _Atomic guint state;
-  WeftEngine *engine;          /* (owned) internal reference */
+  gint ref_count;              /* (atomic) public references */
   /* Bound to a GMainContext (weft_context_new_for_main_context()): when
    * claimed, the context goes to this queue instead of the engine's run
    * queue, and runs on the thread that iterates the GMainContext. Set
    * before dispatch, then read-only. */
   WeftMainQueue *main_queue;   /* (owned) (nullable) */
-  gint ref_count;              /* (atomic) public references */
-  guint max_queued;            /* set before dispatch */
-  /* No cache-line alignment (an aligned allocation cost idle connections
-   * ~190 bytes each), and the tight layout of the queue: its head and tail
-   * may share a line, 40 bytes less per context. */
-  WeftMpscTight back;          /* post, readiness, timers, signals, idles */
-  /* post_front's queue, made by the first one (few contexts ever get
-   * one): idle connections are counted in bytes. */
-  WeftMpscTight *_Atomic front;
-  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
-  gboolean idles_due;          /* consumer only */
-
   WeftIdMap ids;               /* HOLDS: lock */
   guint last_id;               /* HOLDS: lock */
   gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
-  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
 
-  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
-  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
+  /* The posters' slot, last: post, readiness, timers, signals, idles are
+   * exchanged in here. */
+  WeftNode *_Atomic back_head;
 };
+
+/* The back inbox through the weft__mpsc_*_at() forms. */
+#define weft__context_back_push(c, n) weft__mpsc_push_at (&(c)->back_head, (n))
+#define weft__context_back_nonempty(c) \
+  weft__mpsc_nonempty_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
+#define weft__context_back_pop(c) \
+  weft__mpsc_pop_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
 
 /* A context followed by @tail_size zeroed bytes in the same allocation, for
  * objects that live exactly as long as it: a connection and its fd source

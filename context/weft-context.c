@@ -17,6 +17,22 @@
  */
 G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_unref)
 
+/* The layout of WeftContext (see there): for any 16-byte-aligned start,
+ * the consumer's slot, the read-mostly one and the posters' head are on
+ * three different cache lines, and the consumer's other per-pop reads
+ * (the front queue's pointer, the stub) are off the head's line. */
+#define WEFT_CTX_APART(a, b) (G_STRUCT_OFFSET (WeftContext, b) >= \
+                              (G_STRUCT_OFFSET (WeftContext, a) & ~15) + 64)
+G_STATIC_ASSERT (WEFT_CTX_APART (back_tail, state));
+G_STATIC_ASSERT (WEFT_CTX_APART (idles_due, state));
+G_STATIC_ASSERT (WEFT_CTX_APART (engine, back_head));
+G_STATIC_ASSERT (WEFT_CTX_APART (front, back_head));
+G_STATIC_ASSERT (WEFT_CTX_APART (back_stub, back_head));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, idles_due) - G_STRUCT_OFFSET (WeftContext, back_tail) < 16 &&
+                 G_STRUCT_OFFSET (WeftContext, engine) - G_STRUCT_OFFSET (WeftContext, state) < 16 &&
+                 G_STRUCT_OFFSET (WeftContext, back_tail) % 16 == 0 &&
+                 G_STRUCT_OFFSET (WeftContext, state) % 16 == 0);
+
 /* Nodes run before a context yields its worker to other runnables. */
 #define RUN_BUDGET 256
 
@@ -52,7 +68,7 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
   self->engine = weft__engine_internal_ref (engine);
   atomic_init (&self->state, WEFT_CTX_SCHEDULED);
-  weft__mpsc_init (&self->back);
+  weft__mpsc_init_at (&self->back_head, &self->back_tail, &self->back_stub);
   weft__idmap_init (&self->ids);
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
@@ -154,7 +170,7 @@ weft__context_internal_unref (WeftContext *self)
   WeftMpscTight *front = atomic_load (&self->front);
   WeftContextSched *sched = atomic_load (&self->sched);
   g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
-            !weft__mpsc_nonempty (&self->back));
+            !weft__context_back_nonempty (self));
   g_assert (self->ids.len == 0);
   g_assert (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL));
   weft__idmap_clear (&self->ids);
@@ -220,7 +236,7 @@ static inline gboolean
 inbox_nonempty (WeftContext *self)
 {
   WeftMpscTight *front = atomic_load (&self->front);
-  return (front != NULL && weft__mpsc_nonempty (front)) || weft__mpsc_nonempty (&self->back);
+  return (front != NULL && weft__mpsc_nonempty (front)) || weft__context_back_nonempty (self);
 }
 
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and
@@ -266,7 +282,10 @@ weft__context_enqueue (WeftContext *self)
 static inline void
 push (WeftContext *self, WeftNode *node, gboolean front, WeftContext **local, gboolean have_ref)
 {
-  weft__mpsc_push (front ? front_queue (self) : &self->back, node);
+  if (front)
+    weft__mpsc_push (front_queue (self), node);
+  else
+    weft__context_back_push (self, node);
 
   /* Whoever holds SCHEDULED will see the node before releasing (see
    * release()); only an idle context needs claiming. */
@@ -308,7 +327,7 @@ pop (WeftContext *self)
 {
   WeftMpscTight *front = atomic_load_explicit (&self->front, memory_order_acquire);
   WeftNode *n = front != NULL ? weft__mpsc_pop (front) : NULL;
-  return n ? n : weft__mpsc_pop (&self->back);
+  return n ? n : weft__context_back_pop (self);
 }
 
 /* Runs or drops one node; @drop when the context is closed or the engine

@@ -4,10 +4,11 @@
  */
 /* Before the headers: weft__mpsc_pop() inlined here calls it (see
  * test_mpsc_nonempty_while_stub_repushed). */
-static void stub_race_hook (void *queue);
+struct _WeftNode;
+static void stub_race_hook (struct _WeftNode *_Atomic *head);
 static struct _WeftNode *stub_race_node; /* exchanged in by the next stub re-push */
 static struct _WeftNode *stub_race_prev;
-#define WEFT__MPSC_BEFORE_STUB_PUSH(q) stub_race_hook (q)
+#define WEFT__MPSC_BEFORE_STUB_PUSH(head) stub_race_hook (head)
 
 #include "weft-context-private.h"
 
@@ -262,13 +263,12 @@ test_mpsc_fifo_per_producer (void)
  * (WEFT__MPSC_BEFORE_STUB_PUSH), its link held back until the consumer has
  * looked: the interleaving happens every time, not by chance. */
 static void
-stub_race_hook (void *queue)
+stub_race_hook (struct _WeftNode *_Atomic *head)
 {
-  WeftMpsc *q = queue;
   if (stub_race_node == NULL)
     return;
   atomic_store_explicit (&stub_race_node->next, NULL, memory_order_relaxed);
-  stub_race_prev = atomic_exchange (&q->head, stub_race_node);
+  stub_race_prev = atomic_exchange (head, stub_race_node);
   stub_race_node = NULL;
 }
 
