@@ -220,6 +220,7 @@ struct _WeftContext {
 #define weft__context_back_push(c, n) weft__mpsc_push_at (&(c)->back_head, (n))
 #define weft__context_back_nonempty(c) \
   weft__mpsc_nonempty_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
+#define weft__context_back_quiet(c) weft__mpsc_quiet_at (&(c)->back_tail, &(c)->back_stub)
 #define weft__context_back_pop(c) \
   weft__mpsc_pop_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
 

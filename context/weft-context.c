@@ -3,6 +3,8 @@
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
+#include <sched.h>
+
 #include "weft-context-private.h"
 
 /**
@@ -366,12 +368,69 @@ process (WeftContext *self, WeftNode *n, gboolean drop)
     }
 }
 
+/* Whether nothing is linked behind either inbox's tail (weft__mpsc_quiet():
+ * the consumer's side only, never the heads the posters exchange). */
+static inline gboolean
+inbox_quiet (WeftContext *self)
+{
+  WeftMpscTight *front = atomic_load_explicit (&self->front, memory_order_acquire);
+  return (front == NULL || weft__mpsc_quiet (front)) && weft__context_back_quiet (self);
+}
+
+/* How long a worker keeps a context whose inboxes ran dry, when it has
+ * nothing else to run, and how often it looks at them meanwhile. A producer
+ * posting in a stream then finds the context still scheduled: no claim, no
+ * run-queue push, no wake-up write (which also gave the woken worker the
+ * producer's CPU). Between looks the producer fills lines nobody reads, and
+ * the runner takes them as a batch instead of following it job by job.
+ * Short against a sleep and wake (~25 us here). */
+#define LINGER_NS 10000
+#define LOOK_NS 250
+
+/* Waits, with the consumer right kept, for a node to arrive: TRUE when one
+ * did, FALSE when the linger is over or something else wants this worker
+ * (a runnable on the run queue, a stop, a close). Only on a worker thread
+ * of the context's engine (a GMainContext's thread has its own sources to
+ * dispatch), and only while another worker sleeps in the poller: that one
+ * takes fd readiness and timers meanwhile, and the run queue wakes it. */
+static gboolean
+linger (WeftContext *self, gint64 *until)
+{
+  WeftEngine *e = self->engine;
+  WeftWorker *w = weft__worker_current ();
+
+  if (w == NULL || w->engine != e || e->bridge != NULL || self->main_queue != NULL)
+    return FALSE;
+  gint64 now = weft__now_ns ();
+  if (*until == 0)
+    *until = now + LINGER_NS;
+  while (now < *until)
+    {
+      if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) == 0 ||
+          weft__engine_runq_nonempty (e) ||
+          atomic_load_explicit (&e->stopping, memory_order_relaxed) ||
+          (atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED))
+        return FALSE;
+      /* A thread waiting for this CPU (on 2 CPUs, often the producer
+       * itself) gets it: lingering must not keep out what it waits for. */
+      sched_yield ();
+      gint64 look = now + LOOK_NS;
+      while ((now = weft__now_ns ()) < look)
+        weft__cpu_relax ();
+      if (!inbox_quiet (self))
+        return TRUE;
+    }
+  return FALSE;
+}
+
 void
 weft__context_run (WeftContext *self)
 {
   WeftContext *prev = tls_current;
   guint budget = RUN_BUDGET;
   guint spins = 0;
+  gint64 linger_until = 0;
+  guint batch = 0;    /* nodes run since this run began or last lingered */
 
   tls_current = self;
   for (;;)
@@ -383,6 +442,9 @@ weft__context_run (WeftContext *self)
                            WEFT_CTX_CLOSED) != 0;
           process (self, n, drop);
           self->idles_due = TRUE;
+          spins = 0;
+          linger_until = 0;
+          batch++;
           if (--budget == 0)
             {
               /* Keep SCHEDULED and its reference; go to the back of the line.
@@ -397,7 +459,8 @@ weft__context_run (WeftContext *self)
             }
           continue;
         }
-      if (inbox_nonempty (self))
+      /* A look that stays off the heads the posters exchange. */
+      if (!inbox_quiet (self))
         {
           weft__spin_wait (&spins); /* a producer is between its exchange and its link */
           continue;
@@ -407,6 +470,21 @@ weft__context_run (WeftContext *self)
           self->idles_due = FALSE;
           if (!(atomic_load (&self->state) & WEFT_CTX_CLOSED))
             weft__idles_dispatch (self);
+          continue;
+        }
+      /* Only after a batch: a context that got one node (one of many
+       * contexts posted to in turn, a lone request) is not being streamed
+       * to, and waiting on it only delays the next runnable. */
+      if (batch > 1 && linger (self, &linger_until))
+        {
+          batch = 0;
+          continue;
+        }
+      /* The exact look, heads included: a push that exchanged but has not
+       * linked yet behind the stub. */
+      if (inbox_nonempty (self))
+        {
+          weft__spin_wait (&spins);
           continue;
         }
       tls_current = prev;

@@ -248,6 +248,12 @@ void weft__engine_internal_unref (WeftEngine *self);
  * wakes a sleeping worker if there is one. */
 void weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent);
 void weft__engine_wake (WeftEngine *self);
+/* Something is on the run queue (a hint for any thread but its consumer). */
+static inline gboolean
+weft__engine_runq_nonempty (WeftEngine *self)
+{
+  return weft__mpsc_nonempty (&self->urgent) || weft__mpsc_nonempty (&self->runq);
+}
 /* Pops the next runnable (urgent first) under the pop lock; any thread may
  * call it. NULL when empty or while a push is in flight. */
 WeftNode *weft__engine_pop (WeftEngine *self);

@@ -101,6 +101,22 @@ weft__mpsc_nonempty_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNo
          atomic_load_explicit (tail, memory_order_relaxed) != stub;
 }
 
+/* TRUE when nothing is linked behind the consumer's tail: the queue is
+ * empty, or the push behind the stub is between its exchange and its link
+ * (which weft__mpsc_nonempty() sees). Unlike weft__mpsc_nonempty() it
+ * reads only the consumer's side (the tail and the stub), never the head
+ * that every push exchanges, so a consumer may look often without pulling
+ * the producers' line away from them. A tail other than the stub is a node
+ * not yet popped. Consumer only. */
+#define weft__mpsc_quiet(q) weft__mpsc_quiet_at (&(q)->tail, &(q)->stub)
+
+static inline gboolean
+weft__mpsc_quiet_at (WeftNode *_Atomic *tail, WeftNode *stub)
+{
+  return atomic_load_explicit (tail, memory_order_relaxed) == stub &&
+         atomic_load_explicit (&stub->next, memory_order_acquire) == NULL;
+}
+
 /* Pops the oldest node. NULL when empty, or while a producer is between its
  * exchange and its link store; weft__mpsc_nonempty() tells the two apart. */
 static inline WeftNode *

@@ -303,6 +303,52 @@ test_mpsc_nonempty_while_stub_repushed (void)
   g_assert_false (weft__mpsc_nonempty (&q));
 }
 
+/* weft__mpsc_quiet() answers from the consumer's side alone: a node linked
+ * behind the tail, or a tail not yet popped, is work; a push that has only
+ * exchanged the head is not seen (the runner's exact look before it
+ * releases, weft__mpsc_nonempty(), sees it). */
+static void
+test_mpsc_quiet (void)
+{
+  g_test_summary ("The consumer's head-free look: quiet when empty, not quiet once a "
+                  "push has linked or a node waits at the tail, and blind to a push "
+                  "that has exchanged the head but not linked, which nonempty sees");
+
+  WeftMpscTight q;
+  WeftNode a = { 0 }, c = { 0 }, d = { 0 };
+
+  weft__mpsc_init (&q);
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+
+  weft__mpsc_push (&q, &a);
+  g_assert_false (weft__mpsc_quiet (&q));
+  /* a is the last node and c's exchange lands before the stub's: a waits
+   * at the tail for c's link. */
+  stub_race_node = &c;
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_false (weft__mpsc_quiet (&q));
+  atomic_store_explicit (&stub_race_prev->next, &c, memory_order_release);
+  g_assert_true (weft__mpsc_pop (&q) == &a);
+  g_assert_true (weft__mpsc_pop (&q) == &c);
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+
+  /* d's exchange without its link: behind the stub nothing is linked yet. */
+  atomic_store_explicit (&d.next, NULL, memory_order_relaxed);
+  WeftNode *prev = atomic_exchange (&q.head, &d);
+  g_assert_true (prev == &q.stub);
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_true (weft__mpsc_nonempty (&q));
+  atomic_store_explicit (&prev->next, &d, memory_order_release);
+  g_assert_false (weft__mpsc_quiet (&q));
+  g_assert_true (weft__mpsc_pop (&q) == &d);
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+}
+
 /* ---- job cache --------------------------------------------------------- */
 
 static gpointer
@@ -351,6 +397,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
                    test_mpsc_nonempty_while_stub_repushed);
+  g_test_add_func ("/internal/mpsc-quiet", test_mpsc_quiet);
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
   return g_test_run ();
 }
