@@ -161,59 +161,59 @@ enum {
   WEFT_CTX_TAIL_CONN = 1u << 3,
 };
 
-/* Laid out by who touches what, for an allocation that is only 16-byte
- * aligned (no cache-line alignment: it cost idle connections ~190 bytes
- * each), so fields 64 bytes apart from the start of their 16-byte slots
- * never share a line. Three groups, each in a slot of its own:
- *  - the consumer's (back_tail, idles_due): written on every pop;
- *  - the read-mostly words every post and every pop read (state,
- *    max_queued, engine): written only on claim and release;
- *  - back_head, which every post exchanges.
- * A runner that read a line posters write, or wrote one they read, moved
- * it between the CPUs on every job (post cost measured 2-4x higher). The
- * rest, touched on claims, by sources or under the lock, fills the gaps,
- * so the context is no larger than with the groups side by side (the
- * static assertions in weft-context.c keep the distances). */
+/* Laid out by who touches what. The allocation is only 16-byte aligned
+ * (cache-line alignment cost idle connections ~190 bytes each), so the two
+ * groups below start 64 bytes apart from the 16-byte slot of the other's
+ * last field: for any start they never share a line (static assertions in
+ * weft-context.c keep it so).
+ *  - First, what a post touches: the state word, the engine, the bound,
+ *    the back inbox's head it exchanges, and on a claim the references
+ *    and the run-queue node. Posting to many contexts in turn (each post
+ *    claims an idle context) then touches one or two lines per context.
+ *  - Last, what the runner touches on every node: the inbox tails and
+ *    stub, the front queue's pointer, its copy of CLOSED. A runner that
+ *    read or wrote a line the posters write moved it between the CPUs on
+ *    every job while a producer streamed into the context.
+ * Colder fields fill the gap, so the context is no larger than with the
+ * two groups side by side. */
 struct _WeftContext {
   WeftNode run_node;           /* first: the run queues hold this node; on
                                 * the engine run queue while scheduled */
-  /* The consumer's slot. The back inbox is a WeftMpscTight taken apart
-   * (used through the weft__mpsc_*_at() forms), so that its tail and its
-   * head sit in different slots. */
-  WeftNode *_Atomic back_tail; /* consumer only (and _nonempty hints) */
-  gboolean idles_due;          /* consumer only */
-  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
-
-  WeftNode back_stub;          /* written by a poster only when the inbox was empty */
-  /* post_front's queue, made by the first one (few contexts ever get
-   * one): idle connections are counted in bytes. Read by every pop. */
-  WeftMpscTight *_Atomic front;
-  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
-  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
-  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
-
-  /* Read-mostly: every post reads these, every pop reads the state. */
-  _Atomic guint state;
-  guint max_queued;            /* set before dispatch */
-  WeftEngine *engine;          /* (owned) internal reference */
-
   gint internal_refs;          /* (atomic) 1 for the public side, +1 while
                                 * scheduled, +1 per fd or signal source, +1
                                 * per engine timer heap entry or queued
                                 * timers_node, +1 per internal push */
-  gint ref_count;              /* (atomic) public references */
+  _Atomic guint state;
+  WeftEngine *engine;          /* (owned) internal reference */
   /* Bound to a GMainContext (weft_context_new_for_main_context()): when
    * claimed, the context goes to this queue instead of the engine's run
    * queue, and runs on the thread that iterates the GMainContext. Set
    * before dispatch, then read-only. */
   WeftMainQueue *main_queue;   /* (owned) (nullable) */
-  WeftIdMap ids;               /* HOLDS: lock */
-  guint last_id;               /* HOLDS: lock */
-  gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
-
-  /* The posters' slot, last: post, readiness, timers, signals, idles are
-   * exchanged in here. */
+  gint ref_count;              /* (atomic) public references */
+  guint max_queued;            /* set before dispatch */
+  /* The back inbox (post, readiness, timers, signals, idles) is a
+   * WeftMpscTight taken apart, used through the weft__mpsc_*_at() forms:
+   * the posters' head here, the runner's tail and stub below. */
   WeftNode *_Atomic back_head;
+
+  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
+  guint last_id;               /* HOLDS: lock */
+  WeftIdMap ids;               /* HOLDS: lock */
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
+  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
+  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
+
+  WeftNode *_Atomic back_tail; /* the runner's; other threads only hint (_nonempty) */
+  /* post_front's queue, made by the first one (few contexts ever get
+   * one): idle connections are counted in bytes. */
+  WeftMpscTight *_Atomic front;
+  WeftNode back_stub;          /* a poster links behind it only when the inbox was empty */
+  guint8 idles_due;            /* consumer only */
+  /* CLOSED, copied here by close_context() after it set it in the state
+   * word: the runner's look before each node, off the posters' lines. */
+  _Atomic guint8 closed;
+  gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
 };
 
 /* The back inbox through the weft__mpsc_*_at() forms. */

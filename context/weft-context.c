@@ -20,20 +20,18 @@
 G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_unref)
 
 /* The layout of WeftContext (see there): for any 16-byte-aligned start,
- * the consumer's slot, the read-mostly one and the posters' head are on
- * three different cache lines, and the consumer's other per-pop reads
- * (the front queue's pointer, the stub) are off the head's line. */
+ * what the runner touches on every node is on other lines than what posts
+ * touch. */
 #define WEFT_CTX_APART(a, b) (G_STRUCT_OFFSET (WeftContext, b) >= \
                               (G_STRUCT_OFFSET (WeftContext, a) & ~15) + 64)
-G_STATIC_ASSERT (WEFT_CTX_APART (back_tail, state));
-G_STATIC_ASSERT (WEFT_CTX_APART (idles_due, state));
-G_STATIC_ASSERT (WEFT_CTX_APART (engine, back_head));
-G_STATIC_ASSERT (WEFT_CTX_APART (front, back_head));
-G_STATIC_ASSERT (WEFT_CTX_APART (back_stub, back_head));
-G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, idles_due) - G_STRUCT_OFFSET (WeftContext, back_tail) < 16 &&
-                 G_STRUCT_OFFSET (WeftContext, engine) - G_STRUCT_OFFSET (WeftContext, state) < 16 &&
-                 G_STRUCT_OFFSET (WeftContext, back_tail) % 16 == 0 &&
-                 G_STRUCT_OFFSET (WeftContext, state) % 16 == 0);
+G_STATIC_ASSERT (WEFT_CTX_APART (back_head, back_tail));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, state) &&
+                 G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, engine) &&
+                 G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, max_queued));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, back_tail) < G_STRUCT_OFFSET (WeftContext, front) &&
+                 G_STRUCT_OFFSET (WeftContext, front) < G_STRUCT_OFFSET (WeftContext, back_stub) &&
+                 G_STRUCT_OFFSET (WeftContext, back_stub) < G_STRUCT_OFFSET (WeftContext, idles_due) &&
+                 G_STRUCT_OFFSET (WeftContext, idles_due) < G_STRUCT_OFFSET (WeftContext, closed));
 
 /* Nodes run before a context yields its worker to other runnables. */
 #define RUN_BUDGET 256
@@ -409,7 +407,7 @@ linger (WeftContext *self, gint64 *until)
       if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) == 0 ||
           weft__engine_runq_nonempty (e) ||
           atomic_load_explicit (&e->stopping, memory_order_relaxed) ||
-          (atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED))
+          atomic_load_explicit (&self->closed, memory_order_relaxed))
         return FALSE;
       /* A thread waiting for this CPU (on 2 CPUs, often the producer
        * itself) gets it: lingering must not keep out what it waits for. */
@@ -438,8 +436,7 @@ weft__context_run (WeftContext *self)
       WeftNode *n = pop (self);
       if (n != NULL)
         {
-          gboolean drop = (atomic_load_explicit (&self->state, memory_order_relaxed) &
-                           WEFT_CTX_CLOSED) != 0;
+          gboolean drop = atomic_load_explicit (&self->closed, memory_order_relaxed);
           process (self, n, drop);
           self->idles_due = TRUE;
           spins = 0;
@@ -557,6 +554,9 @@ close_context (WeftContext *self)
   guint old = atomic_fetch_or (&self->state, WEFT_CTX_CLOSED);
   if (old & WEFT_CTX_CLOSED)
     return;
+  /* The runner's copy: a callback that closes its own context sees it
+   * before the next node, as it saw the state word. */
+  atomic_store (&self->closed, TRUE);
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
