@@ -167,11 +167,11 @@ enum {
  * last field: for any start they never share a line (static assertions in
  * weft-context.c keep it so).
  *  - First, what a post touches: the state word, the engine, the bound,
- *    the back inbox's head it exchanges, and on a claim the references
- *    and the run-queue node. Posting to many contexts in turn (each post
+ *    the back inbox's head it exchanges and its stub, and on a claim the
+ *    references and the run-queue node. Posting to many contexts in turn (each post
  *    claims an idle context) then touches one or two lines per context.
- *  - Last, what the runner touches on every node: the inbox tails and
- *    stub, the front queue's pointer, its copy of CLOSED. A runner that
+ *  - Last, what the runner touches on every node: the inbox's tail, the
+ *    front queue's pointer, its copy of CLOSED. A runner that
  *    read or wrote a line the posters write moved it between the CPUs on
  *    every job while a producer streamed into the context.
  * Colder fields fill the gap, so the context is no larger than with the
@@ -194,21 +194,24 @@ struct _WeftContext {
   guint max_queued;            /* set before dispatch */
   /* The back inbox (post, readiness, timers, signals, idles) is a
    * WeftMpscTight taken apart, used through the weft__mpsc_*_at() forms:
-   * the posters' head here, the runner's tail and stub below. */
+   * the posters' head, and the stub, which a post links behind when the
+   * inbox was empty (every post, when many idle contexts are posted to in
+   * turn), here; the runner's tail below. The runner reads the stub only
+   * once it has drained the inbox. */
   WeftNode *_Atomic back_head;
+  WeftNode back_stub;
 
   atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   guint last_id;               /* HOLDS: lock */
   WeftIdMap ids;               /* HOLDS: lock */
   WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
-  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
-  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
 
   WeftNode *_Atomic back_tail; /* the runner's; other threads only hint (_nonempty) */
   /* post_front's queue, made by the first one (few contexts ever get
    * one): idle connections are counted in bytes. */
   WeftMpscTight *_Atomic front;
-  WeftNode back_stub;          /* a poster links behind it only when the inbox was empty */
+  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
+  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
   guint8 idles_due;            /* consumer only */
   /* CLOSED, copied here by close_context() after it set it in the state
    * word: the runner's look before each node, off the posters' lines. */

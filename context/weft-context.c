@@ -24,13 +24,13 @@ G_DEFINE_BOXED_TYPE (WeftContext, weft_context, weft_context_ref, weft_context_u
  * touch. */
 #define WEFT_CTX_APART(a, b) (G_STRUCT_OFFSET (WeftContext, b) >= \
                               (G_STRUCT_OFFSET (WeftContext, a) & ~15) + 64)
-G_STATIC_ASSERT (WEFT_CTX_APART (back_head, back_tail));
+G_STATIC_ASSERT (WEFT_CTX_APART (back_stub, back_tail));
 G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, state) &&
                  G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, engine) &&
                  G_STRUCT_OFFSET (WeftContext, back_head) > G_STRUCT_OFFSET (WeftContext, max_queued));
-G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, back_tail) < G_STRUCT_OFFSET (WeftContext, front) &&
-                 G_STRUCT_OFFSET (WeftContext, front) < G_STRUCT_OFFSET (WeftContext, back_stub) &&
-                 G_STRUCT_OFFSET (WeftContext, back_stub) < G_STRUCT_OFFSET (WeftContext, idles_due) &&
+G_STATIC_ASSERT (G_STRUCT_OFFSET (WeftContext, back_stub) > G_STRUCT_OFFSET (WeftContext, back_head) &&
+                 G_STRUCT_OFFSET (WeftContext, back_tail) < G_STRUCT_OFFSET (WeftContext, front) &&
+                 G_STRUCT_OFFSET (WeftContext, front) < G_STRUCT_OFFSET (WeftContext, idles_due) &&
                  G_STRUCT_OFFSET (WeftContext, idles_due) < G_STRUCT_OFFSET (WeftContext, closed));
 
 /* Nodes run before a context yields its worker to other runnables. */
@@ -391,12 +391,26 @@ inbox_quiet (WeftContext *self)
  * of the context's engine (a GMainContext's thread has its own sources to
  * dispatch), and only while another worker sleeps in the poller: that one
  * takes fd readiness and timers meanwhile, and the run queue wakes it. */
+/* Whether a lingering worker must let go: it is needed elsewhere. */
+static inline gboolean
+linger_over (WeftContext *self, WeftEngine *e)
+{
+  return atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) == 0 ||
+         weft__engine_runq_nonempty (e) ||
+         atomic_load_explicit (&e->stopping, memory_order_relaxed) ||
+         atomic_load_explicit (&self->closed, memory_order_relaxed);
+}
+
 static gboolean
 linger (WeftContext *self, gint64 *until)
 {
   WeftEngine *e = self->engine;
-  WeftWorker *w = weft__worker_current ();
 
+  /* The cheap looks first: with every worker busy (posting to many
+   * contexts in turn) this is all a drained context costs. */
+  if (linger_over (self, e))
+    return FALSE;
+  WeftWorker *w = weft__worker_current ();
   if (w == NULL || w->engine != e || e->bridge != NULL || self->main_queue != NULL)
     return FALSE;
   gint64 now = weft__now_ns ();
@@ -404,11 +418,6 @@ linger (WeftContext *self, gint64 *until)
     *until = now + LINGER_NS;
   while (now < *until)
     {
-      if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) == 0 ||
-          weft__engine_runq_nonempty (e) ||
-          atomic_load_explicit (&e->stopping, memory_order_relaxed) ||
-          atomic_load_explicit (&self->closed, memory_order_relaxed))
-        return FALSE;
       /* A thread waiting for this CPU (on 2 CPUs, often the producer
        * itself) gets it: lingering must not keep out what it waits for. */
       sched_yield ();
@@ -417,6 +426,8 @@ linger (WeftContext *self, gint64 *until)
         weft__cpu_relax ();
       if (!inbox_quiet (self))
         return TRUE;
+      if (linger_over (self, e))
+        return FALSE;
     }
   return FALSE;
 }

@@ -260,7 +260,18 @@ WeftNode *weft__engine_pop (WeftEngine *self);
 /* Puts a context that a worker is about to let go of back on the run
  * queue without waking anyone: that worker polls the queue next. */
 void weft__engine_requeue (WeftEngine *self, WeftNode *node);
-gboolean weft__engine_refuses (WeftEngine *self);
+/* Whether a post must be refused (soft stop from a foreign thread, or a
+ * dead engine). Inline: every post asks, and almost always both flags are
+ * clear. */
+gboolean weft__engine_refuses_slow (WeftEngine *self);
+static inline gboolean
+weft__engine_refuses (WeftEngine *self)
+{
+  if (G_LIKELY (!atomic_load_explicit (&self->refusing, memory_order_relaxed) &&
+                !atomic_load_explicit (&self->dead, memory_order_relaxed)))
+    return FALSE;
+  return weft__engine_refuses_slow (self);
+}
 void weft__engine_destroy_contexts (WeftEngine *self); /* weft-context.c */
 
 /* The worker this thread is, or NULL. */
