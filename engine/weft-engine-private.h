@@ -40,6 +40,7 @@ typedef struct {
 
 enum {
   WEFT_JOB_COUNTED = 1 << 0, /* counted in its context's n_queued */
+  WEFT_JOB_OUTSIDE = 1 << 1, /* posted from outside every context's callbacks */
 };
 
 /* Fixed-size object caches (weft-cache.c). */
