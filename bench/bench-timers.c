@@ -7,8 +7,10 @@
  * insert, cancel   1M weft_context_add_timeout_us() with deadlines uniform
  *                  in [1 s, 61 s) (us resolution), added from inside a job
  *                  running on the context (as libevent's are added from a
- *                  loop callback), then weft_context_remove() of each in
- *                  insertion order, in the same job.
+ *                  loop callback; all count from the job's one clock
+ *                  reading, as libevent's count from its cached time), then
+ *                  weft_context_remove() of each in insertion order, in the
+ *                  same job.
  * fire, all due    1M (and 100k) timeouts due in [1 us, 50 ms), added to a
  *                  context that is not dispatched yet, so none can run while
  *                  they become due. Sleep 80 ms, then weft_context_dispatch()
@@ -112,7 +114,8 @@ insert_cancel (void)
 
   snprintf (note, sizeof note,
             "weft_context_add_timeout_us; N=%ld, deadlines uniform in [1 s, 61 s), us "
-            "resolution; added from a job on the context (reads the clock per add)",
+            "resolution; added from a job on the context (one clock reading per callback, as "
+            "libevent and libuv count from a cached loop time)",
             n_big);
   wb_report (SECTION, impl, "insert", (double) ic_insert_ns / (double) n_big, "ns/timer", note);
   if (ic_cancelled == n_big)

@@ -442,6 +442,10 @@ weft__context_run (WeftContext *self)
   guint stream = 0;   /* jobs posted from outside any context's callbacks,
                        * run since this run began or last lingered */
 
+  /* Back to this after the run: a run nested in a callback (of a
+   * GMainContext, say) leaves its caller a time to read again. */
+  gint64 time_after = prev != NULL ? WEFT_CB_TIME_UNSET : WEFT_CB_TIME_OFF;
+
   tls_current = self;
   for (;;)
     {
@@ -451,6 +455,7 @@ weft__context_run (WeftContext *self)
           gboolean drop = atomic_load_explicit (&self->closed, memory_order_relaxed);
           if (n->kind == WEFT_NODE_JOB && (n->flags & WEFT_JOB_OUTSIDE))
             stream++;
+          weft__cb_time_set (WEFT_CB_TIME_UNSET); /* a callback starts */
           process (self, n, drop);
           self->idles_due = TRUE;
           spins = 0;
@@ -461,6 +466,7 @@ weft__context_run (WeftContext *self)
                * No wake-up: this worker is awake and looks at the queue next,
                * and whatever else is queued already had its wake. */
               tls_current = prev;
+              weft__cb_time_set (time_after);
               if (self->main_queue != NULL)
                 weft__main_queue_push_context (self->main_queue, self);
               else
@@ -503,6 +509,7 @@ weft__context_run (WeftContext *self)
           continue;
         }
       tls_current = prev;
+      weft__cb_time_set (time_after);
       if (!release (self))
         return;
       tls_current = self;

@@ -87,7 +87,9 @@ void weft__coro_object_put (gpointer object);
  * be entered (the HTTP server's coroutine handlers): a public spawn never
  * runs the body inline. No reference is returned (the coroutine may be
  * gone already): TRUE if it started or was posted; FALSE if no stack
- * could be mapped or @ctx is closed (@notify has run then). */
+ * could be mapped or @ctx is closed (@notify has run then). Started here,
+ * it holds @ctx's memory (an internal reference) once it may outlive the
+ * callback, not @ctx open: the caller owns the context's life. */
 gboolean weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
                                 GDestroyNotify notify, gsize stack_size);
 

@@ -29,6 +29,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-coro-private.h"
+#include "weft-context-private.h" /* weft__context_internal_ref */
 #include "weft-engine-private.h" /* WEFT_TLS_IE */
 
 #include <errno.h>
@@ -61,6 +62,9 @@ typedef struct {
   GDestroyNotify destroy;
 } Local;
 
+/* How a coroutine holds its context (see hold_context()). */
+enum { HOLD_NONE, HOLD_PUBLIC, HOLD_INTERNAL };
+
 /* A resume job's data. At most one resume job is outstanding, and the
  * next can be posted only once the coroutine runs again, i.e. from inside
  * the previous job (whose notify then still has to run): two slots, used
@@ -72,9 +76,9 @@ typedef struct {
 
 struct _WeftCoro {
   gint ref_count;
-  WeftContext *ctx;          /* ref if ctx_held */
-  gboolean ctx_held;         /* taken when it may outlive the callback it runs
-                              * in: posted, suspended, or referenced at its end */
+  WeftContext *ctx;          /* held as ctx_hold says */
+  guint ctx_hold;            /* HOLD_: taken when it may outlive the callback it
+                              * runs in: posted, suspended, or referenced at its end */
   WeftCoroFunc func;
   gpointer data;
   GDestroyNotify notify;
@@ -183,8 +187,10 @@ static void
 coro_free (WeftCoro *c)
 {
   g_assert (c->stack == NULL);
-  if (c->ctx_held)
+  if (c->ctx_hold == HOLD_PUBLIC)
     weft_context_unref (c->ctx);
+  else if (c->ctx_hold == HOLD_INTERNAL)
+    weft__context_internal_unref (c->ctx);
   pthread_mutex_destroy (&c->lock);
   weft__coro_object_put (c);
 }
@@ -212,14 +218,18 @@ switch_out (WeftCoro *c, gboolean final)
 
 /* A coroutine started inside a callback of its context (spawn_here) runs
  * without a reference to it while it stays inside that callback: the
- * callback keeps the context. It takes one once it may outlive it. */
+ * callback keeps the context. It takes one once it may outlive it: an
+ * internal one, as the engine's own holders do, since by then the last
+ * public one may be gone (another thread may drop it during the callback)
+ * and there would be none to add to. It keeps the memory, not the context
+ * open: whoever started it owns the context's life. */
 static void
 hold_context (WeftCoro *c)
 {
-  if (!c->ctx_held)
+  if (c->ctx_hold == HOLD_NONE)
     {
-      weft_context_ref (c->ctx);
-      c->ctx_held = TRUE;
+      weft__context_internal_ref (c->ctx);
+      c->ctx_hold = HOLD_INTERNAL;
     }
 }
 
@@ -505,7 +515,9 @@ weft_coro_spawn (WeftContext *ctx, WeftCoroFunc func, gpointer user_data, GDestr
   WeftCoro *c = coro_new (ctx, func, user_data, notify, stack_size);
   if (c == NULL)
     return NULL;
-  hold_context (c);
+  /* Public: until it ends it keeps @ctx open, as documented. */
+  weft_context_ref (ctx);
+  c->ctx_hold = HOLD_PUBLIC;
   if (!post_resume (c))
     {
       /* Closed: abandoned already (@notify has run). */

@@ -42,6 +42,7 @@ weft__idles_dispatch (WeftContext *ctx)
       weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_job ();
+      weft__cb_time_set (WEFT_CB_TIME_UNSET); /* each handler is a callback of its own */
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
       weft__mutex_lock (weft__context_lock (ctx));

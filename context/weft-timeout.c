@@ -56,6 +56,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
       weft__mutex_unlock (weft__context_lock (ctx));
 
       weft__worker_count_timer ();
+      weft__cb_time_set (WEFT_CB_TIME_UNSET); /* each timeout is a callback of its own */
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
       weft__mutex_lock (weft__context_lock (ctx));
@@ -103,7 +104,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.notify = notify;
   t->interval = interval;
   t->base.heap_index = WEFT_HEAP_NONE;
-  gint64 deadline = weft__now_ns () + interval;
+  gint64 deadline = weft__timeout_base_ns () + interval;
 
   weft__mutex_lock (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &t->base);
@@ -131,12 +132,25 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
  * @user_data: data for @func
  * @notify: (nullable): called with @user_data once the source is gone
  *
- * Adds a timeout. A repeating timeout keeps its period: the next deadline
- * is one interval after the previous one, not after the callback ran.
- * Due timeouts of one context fire in deadline order. A timeout never
- * fires before its deadline, and at most the engine's timer slack late (1
- * ms by default, see weft_engine_set_timer_slack()), plus scheduling
- * delay. Safe from any thread.
+ * Adds a timeout. Its first deadline is @interval_ms after a clock reading:
+ * outside context callbacks, one taken by this call; inside a callback of
+ * any context (a job, an fd, timeout, idle or signal callback, or a
+ * coroutine a context runs), the one taken by the callback's first timeout
+ * add, which its later adds reuse, as libuv's and libevent's loops reuse a
+ * cached time. So a timeout never fires before @interval_ms after the
+ * start of the callback that added it; one added after long work in a
+ * callback that already added a timeout counts from that first add, and can
+ * fire that much earlier measured from its own add (post a job and add it
+ * from there to count from later). Timeouts added by one callback with the
+ * same interval have the same deadline.
+ *
+ * A repeating timeout keeps its period: the next deadline is one interval
+ * after the previous one, not after the callback ran. Due timeouts of one
+ * context fire in deadline order, those with the same deadline in the
+ * order added. A timeout never fires before its deadline, and at most the
+ * engine's timer slack late (1 ms by default, see
+ * weft_engine_set_timer_slack()), plus scheduling delay. Safe from any
+ * thread.
  *
  * Returns: the source id (> 0), or 0 if @self is destroyed (then @notify
  *   has been called)
@@ -160,7 +174,9 @@ weft_context_add_timeout (WeftContext *self, guint interval_ms, GSourceFunc func
  * @notify: (nullable): called with @user_data once the source is gone
  *
  * Like weft_context_add_timeout(), with microsecond resolution (the engine
- * keeps deadlines in nanoseconds and sets a timerfd to the earliest).
+ * keeps deadlines in nanoseconds and sets a timerfd to the earliest), and
+ * the same base: inside a context callback, the clock reading of the
+ * callback's first timeout add.
  *
  * Returns: the source id (> 0), or 0 if @self is destroyed
  */

@@ -144,6 +144,30 @@ weft__heap_peek (WeftHeap *heap)
 
 gint64 weft__now_ns (void);
 
+/* The time timeouts count from (see weft_context_add_timeout()). Outside
+ * context callbacks (WEFT_CB_TIME_OFF) every add reads the clock. A context
+ * run sets it to WEFT_CB_TIME_UNSET before each callback; the first add of
+ * that callback reads the clock and keeps the reading for the callback's
+ * later adds. So a kept reading is never older than the start of the
+ * callback that is running. */
+#define WEFT_CB_TIME_OFF ((gint64) -1)
+#define WEFT_CB_TIME_UNSET ((gint64) 0)
+extern _Thread_local WEFT_TLS_IE gint64 weft__tls_cb_time;
+
+static inline void
+weft__cb_time_set (gint64 state)
+{
+  weft__tls_cb_time = state;
+}
+
+static inline gint64
+weft__cb_time_get (void)
+{
+  return weft__tls_cb_time;
+}
+
+gint64 weft__timeout_base_ns (void);
+
 /* ---- the engine ------------------------------------------------------- */
 
 #define WEFT_CTX_LOCK_BITS 8

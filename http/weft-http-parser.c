@@ -227,6 +227,19 @@ scan (const char *p, const char *end, const char *lo, int kind)
 }
 #endif
 
+/* See weft-http-parser.h. */
+const char *
+weft_http_parser_scan_name (void)
+{
+#if defined(SCAN_SSE2)
+  return "sse2";
+#elif G_BYTE_ORDER == G_LITTLE_ENDIAN
+  return "swar";
+#else
+  return "bytes";
+#endif
+}
+
 void
 weft_http_limits_init (WeftHttpLimits *limits)
 {
@@ -301,6 +314,24 @@ slice_ieq_n (WeftHttpSlice s, const char *lit, gsize n)
       if (len >= limits->max_head)                                                                \
         FAIL ((in_target) ? 414 : 431);                                                           \
       return WEFT_HTTP_INCOMPLETE;                                                                \
+    }                                                                                             \
+  while (0)
+
+/* Moves p past a run of @kind up to @delim (not in the run's class), or
+ * waits for more bytes, or fails with 400 at a byte outside the class.
+ * scan() may stop early at a byte of the class (see there): scan on. */
+#define SCAN_TO(kind, delim)                                                                      \
+  do                                                                                              \
+    {                                                                                             \
+      p = scan (p, end, buf, (kind));                                                             \
+      while (p == end || *p != (delim))                                                           \
+        {                                                                                         \
+          if (p == end)                                                                           \
+            NEED_MORE (FALSE);                                                                    \
+          if (!IS (*p, run_class[(kind)]))                                                        \
+            FAIL (400);                                                                           \
+          p = scan (p + 1, end, buf, (kind));                                                     \
+        }                                                                                         \
     }                                                                                             \
   while (0)
 
@@ -762,15 +793,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
 
   /* method = token, then exactly one SP */
   const char *s = p;
-  p = scan (p, end, buf, RUN_NAME);
-  while (p == end || *p != ' ')
-    {
-      if (p == end)
-        NEED_MORE (FALSE);
-      if (!IS (*p, C_TCHAR))
-        FAIL (400);
-      p = scan (p + 1, end, buf, RUN_NAME);
-    }
+  SCAN_TO (RUN_NAME, ' ');
   if (p == s)
     FAIL (400);
   req->method = (WeftHttpSlice) { s, (gsize) (p - s) };
@@ -861,17 +884,8 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
        * (RFC 9112 §5.2 lets a server reject it with 400) as an empty name
        * or a name with a byte that is not a token's, below. */
       s = p;
-      p = scan (p, end, buf, RUN_NAME);
-      while (p == end || *p != ':')
-        {
-          if (p == end)
-            NEED_MORE (FALSE);
-          /* No whitespace between name and colon (RFC 9112 §5.1: MUST
-           * 400). */
-          if (!IS (*p, C_TCHAR))
-            FAIL (400);
-          p = scan (p + 1, end, buf, RUN_NAME);
-        }
+      /* (No whitespace between name and colon: RFC 9112 §5.1, MUST 400.) */
+      SCAN_TO (RUN_NAME, ':');
       if (p == s)
         FAIL (400);
       WeftHttpSlice name = { s, (gsize) (p - s) };
@@ -881,16 +895,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
       while (p < end && IS (*p, C_OWS))
         p++;
       s = p;
-      p = scan (p, end, buf, RUN_VALUE);
-      while (p == end || *p != '\r')
-        {
-          if (p == end)
-            NEED_MORE (FALSE);
-          /* Anything else here is a control character: NUL, bare LF. */
-          if (!IS (*p, C_VALUE))
-            FAIL (400);
-          p = scan (p + 1, end, buf, RUN_VALUE);
-        }
+      SCAN_TO (RUN_VALUE, '\r'); /* (stopped by any other control: NUL, bare LF) */
       if (p + 1 == end)
         NEED_MORE (FALSE);
       if (p[1] != '\n')

@@ -80,10 +80,18 @@ typedef struct {
 /* Parses a request head at @buf (@len bytes so far). Returns its length
  * (the body, if any, follows), WEFT_HTTP_INCOMPLETE, or WEFT_HTTP_ERROR
  * with *@status (400, 413, 414, 431, 501, 505) and req->close_after.
+ * With either of the two, req->method is set if the method and the SP
+ * after it were read (an answer to a HEAD carries no content), else empty.
  * @headers: room for @max_headers entries; more header lines give 431. */
 gssize weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limits,
                                 WeftHttpHead *req, WeftHttpHeader *headers,
                                 gsize max_headers, guint *status);
+
+/* Which scan this copy of the parser was built with: "sse2" (16 bytes a
+ * step), "swar" (8 bytes in a 64-bit word: CPUs without SSE2, or built with
+ * WEFT_HTTP_PARSER_NO_SIMD) or "bytes". For the tests, which build it both
+ * ways and must know which one they exercise. */
+const char *weft_http_parser_scan_name (void);
 
 /* Finds a header by name, case-insensitively; NULL if absent. */
 const WeftHttpSlice *weft_http_head_get_header (const WeftHttpHead *req,

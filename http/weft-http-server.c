@@ -1041,18 +1041,6 @@ wind_down_conn_job (gpointer data)
     wind_down_job (hc);
 }
 
-/* TRUE if the head begun at @data is a HEAD request's (after the empty
- * lines RFC 9112 §2.2 lets a server skip): for the answer to a head that
- * is refused or times out before it could be taken. */
-static gboolean
-begins_head_request (const guint8 *data, gsize len)
-{
-  gsize i = 0;
-  while (i < len && (data[i] == '\r' || data[i] == '\n'))
-    i++;
-  return len - i >= 5 && memcmp (data + i, "HEAD ", 5) == 0;
-}
-
 /* TRUE if @data is only CR and LF: empty lines between requests, which
  * RFC 9112 §2.2 lets a server ignore; they begin no request. */
 static gboolean
@@ -1175,7 +1163,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
       gssize r = weft_http_parse_request ((const char *) data + consumed, len - consumed,
                                           &server->limits, &head, headers, MAX_HEADERS, &status);
       if (r < 0) /* not taken: a timeout or a refusal answers it */
-        hc->head_refused = begins_head_request (data + consumed, len - consumed);
+        hc->head_refused = head.method.len == 4 && memcmp (head.method.ptr, "HEAD", 4) == 0;
       if (r == WEFT_HTTP_INCOMPLETE)
         {
           if (hc->timer == 0 && server->limit[WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS] != 0)

@@ -38,9 +38,10 @@ HTTP/1.10 and ftp:// targets, accepts "5 x" as a chunk-size line and
 refuses OPTIONS *.
 WEFT_TEST_WRAPPER, if set, is a command the started server runs under.
 """
-import argparse, hashlib, os, random, re, shlex, signal, socket, subprocess, sys, threading, time
+import argparse, hashlib, random, re, socket, sys, threading, time
 
-HELLO = b'Hello, World!'
+import bench_server
+from bench_server import HELLO
 GET = b'GET / HTTP/1.1\r\nHost: a\r\n\r\n'
 MIB = 1024 * 1024
 
@@ -1400,9 +1401,10 @@ row('limits', 'empty-lines-8k', b'\r\n' * 4096 + GET, {200, 400, 431}, 'any', si
 # most that plus --slack. These cases run at the same time, each on its
 # own connection (they only wait).
 
-def expect_timeout_close(t, c, limit, what):
-    """Within @limit seconds the server closes, with 408 or nothing."""
-    r = c.maybe_resp(timeout=limit)
+def expect_timeout_close(t, c, limit, what, method=b'GET'):
+    """Within @limit seconds the server closes, with 408 or nothing (a 408
+    to a HEAD without content)."""
+    r = c.maybe_resp(method, timeout=limit)
     if r is None:
         t.choice('closed without an answer')
         return
@@ -1424,13 +1426,7 @@ def _(t):
     # The 408 to a HEAD request that never ended carries no content either.
     c = Conn(t)
     c.send(b'HEAD / HTTP/1.1\r\nHost: a\r\n')
-    r = c.maybe_resp(b'HEAD', timeout=t.header_timeout + t.slack)
-    if r is None:
-        t.choice('closed without an answer')
-        return
-    status_in(r, {408})
-    c.expect_closed(timeout=t.slack)
-    t.choice('408, closed')
+    expect_timeout_close(t, c, t.header_timeout + t.slack, 'partial HEAD head', b'HEAD')
 
 
 @case('timeouts', 'slowloris-request-line')
@@ -1789,36 +1785,20 @@ class Probe:
         self.crashes = 0
 
     def start_server(self):
-        wrapper = shlex.split(os.environ.get('WEFT_TEST_WRAPPER', ''))
         ms = lambda s: str(int(s * 1000))
-        cmd = wrapper + [self.args.server, '--port', '0', '--workers', '2',
-                         '--header-timeout-ms', ms(self.header_timeout),
-                         '--body-timeout-ms', ms(self.body_timeout),
-                         '--keepalive-timeout-ms', ms(self.keepalive_timeout),
-                         '--max-body', str(self.max_body)] + self.args.server_arg
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        m = re.search(r':(\d+)/', self.proc.stdout.readline())
-        if not m:
-            raise SystemExit('http-conformance: the server printed no port')
-        self.host, self.port = '127.0.0.1', int(m.group(1))
+        self.proc, self.port = bench_server.start(
+            self.args.server, '--header-timeout-ms', ms(self.header_timeout),
+            '--body-timeout-ms', ms(self.body_timeout),
+            '--keepalive-timeout-ms', ms(self.keepalive_timeout),
+            '--max-body', str(self.max_body), *self.args.server_arg)
+        self.host = '127.0.0.1'
 
     def alive(self):
         """None if the server answers GET / correctly, else why not."""
         if self.proc is not None and self.proc.poll() is not None:
             return 'CRASH: the server exited with %s' % self.proc.returncode
-        try:
-            s = socket.create_connection((self.host, self.port), timeout=10)
-            s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n')
-            got = b''
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                got += b
-            s.close()
-        except OSError as e:
-            got = repr(e).encode()
-        if not (got.startswith(b'HTTP/1.1 200') and got.endswith(b'\r\n\r\n' + HELLO)):
+        got = bench_server.hello_fails(self.host, self.port)
+        if got is not None:
             if self.proc is not None and self.proc.poll() is not None:
                 return 'CRASH: the server exited with %s' % self.proc.returncode
             return 'not alive afterwards: %r' % got[:100]
@@ -1945,12 +1925,7 @@ def main():
         code = None
         if probe.proc is not None:
             if probe.proc.poll() is None:
-                probe.proc.send_signal(signal.SIGTERM)
-                try:
-                    code = probe.proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    probe.proc.kill()
-                    code = 'hung on SIGTERM'
+                code = bench_server.stop(probe.proc, 20)
             else:
                 code = probe.proc.returncode
     print('\n%-11s %5s %5s' % ('group', 'cases', 'pass'))

@@ -7,16 +7,13 @@ the server must still answer GET / correctly and exit 0 on SIGTERM. Under
 the ASan and TSan builds this is where memory and threading errors in the
 HTTP layer show. WEFT_TEST_WRAPPER, if set, is a command the server runs
 under (.ci/run: valgrind, whose error exit code then fails the test)."""
-import os, random, re, shlex, signal, socket, subprocess, sys, time
+import random, socket, sys, time
+
+import bench_server
 
 server, seconds = sys.argv[1], float(sys.argv[2])
-wrapper = shlex.split(os.environ.get('WEFT_TEST_WRAPPER', ''))
-p = subprocess.Popen(wrapper + [server, '--port', '0', '--workers', '2'], stdout=subprocess.PIPE,
-                     text=True)
+p, port = bench_server.start(server)
 try:
-    m = re.search(r':(\d+)/', p.stdout.readline())
-    assert m, 'no port'
-    port = int(m.group(1))
     rng = random.Random(20261122)
     pieces = [
         b'GET / HTTP/1.1\r\nHost: a\r\n\r\n',
@@ -56,17 +53,10 @@ try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b'\x01\x00\x00\x00\x00\x00\x00\x00')
         s.close()
         n += 1
-    s = socket.create_connection(('127.0.0.1', port), timeout=10)
-    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n')
-    got = b''
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        got += b
-    assert got.startswith(b'HTTP/1.1 200 OK\r\n') and got.endswith(b'\r\n\r\nHello, World!'), got
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=10) == 0, p.returncode
+    bad = bench_server.hello_fails('127.0.0.1', port)
+    assert bad is None, bad
+    code = bench_server.stop(p, 10)
+    assert code == 0, code
     print('ok after', n, 'connections')
 finally:
     if p.poll() is None:

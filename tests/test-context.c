@@ -1159,6 +1159,255 @@ test_timeout_order (void)
   g_free (o);
 }
 
+/* ---- /context/timeout-callback-time ------------------------------------ */
+
+/* A callback's timeouts count from one clock reading, taken at its first
+ * add, never before the callback started (weft_context_add_timeout()). */
+
+/* One timeout under watch: when it was added and when it fired (us). */
+typedef struct {
+  gint64 added;             /* clock read just before the add */
+  atomic_llong fired;       /* 0 until it fires */
+  atomic_int rank;          /* 1 + how many watched timeouts fired before */
+} Stamp;
+
+static atomic_int stamp_fired;
+
+static gboolean
+stamp_timeout (gpointer data)
+{
+  Stamp *s = data;
+  atomic_store (&s->rank, atomic_fetch_add (&stamp_fired, 1) + 1);
+  atomic_store (&s->fired, g_get_monotonic_time ());
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+nothing_timeout (gpointer data)
+{
+  return G_SOURCE_REMOVE;
+}
+
+/* Adds @s (@interval_us) with its clock stamp. */
+static void
+stamp_add (WeftContext *ctx, Stamp *s, guint64 interval_us)
+{
+  s->added = g_get_monotonic_time ();
+  g_assert_cmpuint (weft_context_add_timeout_us (ctx, interval_us, stamp_timeout, s, NULL), >, 0);
+}
+
+/* Fills this thread's time, if it keeps one: any timeout of a second. */
+static void
+fill_callback_time (WeftContext *ctx)
+{
+  guint id = weft_context_add_timeout (ctx, 1000, nothing_timeout, NULL, NULL);
+  g_assert_cmpuint (id, >, 0);
+  g_assert_true (weft_context_remove (ctx, id));
+}
+
+typedef struct {
+  WeftContext *ctx;
+  Stamp a, b;
+  gint64 start;
+} SameCallback;
+
+static void
+same_callback_job (gpointer data)
+{
+  SameCallback *t = data;
+  t->start = g_get_monotonic_time ();
+  stamp_add (t->ctx, &t->a, 50000);
+  g_usleep (40000);
+  /* Counts from the reading of a's add, 40 ms ago: due before a. */
+  stamp_add (t->ctx, &t->b, 20000);
+}
+
+static void
+test_timeout_callback_time (void)
+{
+  g_test_summary ("Timeouts added by one callback count from one clock reading, taken in "
+                  "that callback: a 20 ms timeout added 40 ms after a 50 ms one fires "
+                  "first, and neither before its interval after the callback started");
+
+  WeftEngine *engine = wt_engine_new (2);
+  weft_engine_set_timer_slack (engine, 0);
+  WeftContext *ctx = weft_context_new (engine);
+  SameCallback *t = g_new0 (SameCallback, 1);
+  t->ctx = ctx;
+  atomic_store (&stamp_fired, 0);
+
+  weft_context_dispatch (ctx);
+  g_assert_true (weft_context_post (ctx, same_callback_job, t, NULL));
+  WT_WAIT_UNTIL (atomic_load (&t->a.fired) != 0 && atomic_load (&t->b.fired) != 0);
+  g_assert_cmpint (atomic_load (&t->b.rank), ==, 1);
+  g_assert_cmpint (atomic_load (&t->a.rank), ==, 2);
+  g_assert_cmpint (atomic_load (&t->b.fired) - t->start, >=, 20000);
+  g_assert_cmpint (atomic_load (&t->a.fired) - t->start, >=, 50000);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (t);
+}
+
+/* ---- /context/timeout-callback-time-fresh ------------------------------ */
+
+/* Each step: a callback that keeps a time and stalls, then the next
+ * callback of the same pass adds @s, which must count from its own time. */
+typedef struct {
+  WeftContext *ctx;
+  Stamp job, timeout, idle;
+} Fresh;
+
+static void
+stall_job (gpointer data)
+{
+  Fresh *f = data;
+  fill_callback_time (f->ctx);
+  g_usleep (30000);
+}
+
+static void
+fresh_job (gpointer data)
+{
+  Fresh *f = data;
+  stamp_add (f->ctx, &f->job, 10000);
+}
+
+static gboolean
+stall_timeout (gpointer data)
+{
+  stall_job (data);
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+fresh_timeout (gpointer data)
+{
+  Fresh *f = data;
+  stamp_add (f->ctx, &f->timeout, 10000);
+  return G_SOURCE_REMOVE;
+}
+
+/* Adds the two timeouts from one callback: the same deadline, so they
+ * fire in one pass over the heap, in the order added. */
+static void
+add_pair_job (gpointer data)
+{
+  Fresh *f = data;
+  g_assert_cmpuint (weft_context_add_timeout (f->ctx, 5, stall_timeout, f, NULL), >, 0);
+  g_assert_cmpuint (weft_context_add_timeout (f->ctx, 5, fresh_timeout, f, NULL), >, 0);
+}
+
+static gboolean
+stall_idle (gpointer data)
+{
+  stall_job (data);
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+fresh_idle (gpointer data)
+{
+  Fresh *f = data;
+  stamp_add (f->ctx, &f->idle, 10000);
+  return G_SOURCE_REMOVE;
+}
+
+/* Adds both from one job: the idle pass after it runs both. */
+static void
+add_idles_job (gpointer data)
+{
+  Fresh *f = data;
+  g_assert_cmpuint (weft_context_add_idle (f->ctx, stall_idle, f, NULL), >, 0);
+  g_assert_cmpuint (weft_context_add_idle (f->ctx, fresh_idle, f, NULL), >, 0);
+}
+
+static void
+test_timeout_callback_time_fresh (void)
+{
+  g_test_summary ("Each callback reads the clock again: a timeout added by a job, a "
+                  "timeout or an idle handler that runs right after one that kept a time "
+                  "and stalled 30 ms never fires before its interval after its add");
+
+  WeftEngine *engine = wt_engine_new (1);
+  weft_engine_set_timer_slack (engine, 0);
+  WeftContext *ctx = weft_context_new (engine);
+  Fresh *f = g_new0 (Fresh, 1);
+  f->ctx = ctx;
+
+  /* Jobs: two of one run. */
+  g_assert_true (weft_context_post (ctx, stall_job, f, NULL));
+  g_assert_true (weft_context_post (ctx, fresh_job, f, NULL));
+  weft_context_dispatch (ctx);
+  WT_WAIT_UNTIL (atomic_load (&f->job.fired) != 0);
+  g_assert_cmpint (atomic_load (&f->job.fired) - f->job.added, >=, 10000);
+
+  /* Timeouts: two of one pass over the context's heap. */
+  g_assert_true (weft_context_post (ctx, add_pair_job, f, NULL));
+  WT_WAIT_UNTIL (atomic_load (&f->timeout.fired) != 0);
+  g_assert_cmpint (atomic_load (&f->timeout.fired) - f->timeout.added, >=, 10000);
+
+  /* Idle handlers: two of one idle pass. */
+  g_assert_true (weft_context_post (ctx, add_idles_job, f, NULL));
+  WT_WAIT_UNTIL (atomic_load (&f->idle.fired) != 0);
+  g_assert_cmpint (atomic_load (&f->idle.fired) - f->idle.added, >=, 10000);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (f);
+}
+
+/* ---- /context/timeout-time-outside-callback ---------------------------- */
+
+typedef struct {
+  WeftContext *ctx;
+  Stamp engine_job;
+  atomic_int filled;
+} Outside;
+
+static void
+fill_job (gpointer data)
+{
+  Outside *o = data;
+  fill_callback_time (o->ctx);
+  atomic_store (&o->filled, 1);
+}
+
+/* Runs on the same (only) worker, outside any context callback. */
+static void
+outside_engine_job (gpointer data)
+{
+  Outside *o = data;
+  g_usleep (30000);
+  stamp_add (o->ctx, &o->engine_job, 10000);
+}
+
+static void
+test_timeout_time_outside_callback (void)
+{
+  g_test_summary ("Outside context callbacks every add reads the clock: a timeout added "
+                  "by an engine job, on the worker that just ran a context callback that "
+                  "kept a time, never fires before its interval after its add");
+
+  WeftEngine *engine = wt_engine_new (1);
+  weft_engine_set_timer_slack (engine, 0);
+  WeftContext *ctx = weft_context_new (engine);
+  Outside *o = g_new0 (Outside, 1);
+  o->ctx = ctx;
+
+  weft_context_dispatch (ctx);
+  g_assert_true (weft_context_post (ctx, fill_job, o, NULL));
+  WT_WAIT_UNTIL (atomic_load (&o->filled) == 1);
+  g_assert_cmpint (atomic_load (&o->filled), ==, 1);
+  g_assert_true (weft_engine_post (engine, outside_engine_job, o, NULL));
+  WT_WAIT_UNTIL (atomic_load (&o->engine_job.fired) != 0);
+  g_assert_cmpint (atomic_load (&o->engine_job.fired) - o->engine_job.added, >=, 10000);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_free (o);
+}
+
 /* ---- /context/idle ----------------------------------------------------- */
 
 static void
@@ -1973,6 +2222,10 @@ main (int argc, char **argv)
   g_test_add_func ("/context/timeout-repeat", test_timeout_repeat);
   g_test_add_func ("/context/timeout-us", test_timeout_us);
   g_test_add_func ("/context/timeout-order", test_timeout_order);
+  g_test_add_func ("/context/timeout-callback-time", test_timeout_callback_time);
+  g_test_add_func ("/context/timeout-callback-time-fresh", test_timeout_callback_time_fresh);
+  g_test_add_func ("/context/timeout-time-outside-callback",
+                   test_timeout_time_outside_callback);
   g_test_add_func ("/context/idle", test_idle);
   g_test_add_func ("/context/remove-self", test_remove_self);
   g_test_add_func ("/context/remove-other-in-callback", test_remove_other_in_callback);

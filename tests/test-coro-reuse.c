@@ -54,6 +54,37 @@ run_on (WeftContext *ctx, void (*func) (gpointer data), gpointer data)
   g_assert_cmpint (atomic_load (&o.done), ==, 1);
 }
 
+/* What a job starts with weft__coro_spawn_here() in its context; *inside
+ * (if not NULL) is TRUE around the call, for the body to tell whether it
+ * runs within it. */
+typedef struct {
+  WeftCoroFunc body;
+  gpointer data;
+  GDestroyNotify notify;
+  gboolean *inside;
+} Here;
+
+static void
+spawn_here_job (gpointer data)
+{
+  Here *h = data;
+  if (h->inside != NULL)
+    *h->inside = TRUE;
+  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), h->body, h->data,
+                                        h->notify, 0));
+  if (h->inside != NULL)
+    *h->inside = FALSE;
+}
+
+/* Runs @body from a job on @ctx with spawn_here; returns once the job has. */
+static void
+spawn_here_on (WeftContext *ctx, WeftCoroFunc body, gpointer data, GDestroyNotify notify,
+               gboolean *inside)
+{
+  Here h = { body, data, notify, inside };
+  run_on (ctx, spawn_here_job, &h);
+}
+
 /* ---- several pieces of work in one coroutine ---------------------------- */
 
 typedef struct {
@@ -87,16 +118,6 @@ worker_ended (gpointer data)
   atomic_store (&w->ended, 1);
 }
 
-static void
-worker_run (gpointer data)
-{
-  Worker *w = data;
-  w->in_owner = TRUE;
-  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), worker_body, w,
-                                        worker_ended, 0));
-  w->in_owner = FALSE;
-}
-
 /* A coroutine started by spawn_here, which never waits, may renew itself
  * for each piece of work, all inside the call that started it. */
 static void
@@ -105,7 +126,7 @@ test_renew_inside_owner (void)
   Env e;
   env_init (&e);
   static Worker w;
-  run_on (e.ctx, worker_run, &w);
+  spawn_here_on (e.ctx, worker_body, &w, worker_ended, &w.in_owner);
   g_assert_cmpint (atomic_load (&w.ended), ==, 1);
   g_assert_cmpuint (w.n_done, ==, 5);
   for (guint i = 0; i < 5; i++)
@@ -134,15 +155,6 @@ inline_body (gpointer data)
 }
 
 static void
-spawn_here_job (gpointer data)
-{
-  Inline *in = data;
-  in->running = TRUE;
-  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), inline_body, in, NULL, 0));
-  in->running = FALSE;
-}
-
-static void
 spawn_public_job (gpointer data)
 {
   Inline *in = data;
@@ -158,7 +170,7 @@ test_spawn_here_inline (void)
   Env e;
   env_init (&e);
   static Inline here, pub, other;
-  run_on (e.ctx, spawn_here_job, &here);
+  spawn_here_on (e.ctx, inline_body, &here, NULL, &here.running);
   g_assert_cmpint (atomic_load (&here.ran), ==, 1);
   g_assert_true (here.ran_inside);
   run_on (e.ctx, spawn_public_job, &pub);
@@ -197,13 +209,6 @@ refuse_body (gpointer data)
   return NULL;
 }
 
-static void
-refuse_job (gpointer data)
-{
-  Refuse *r = data;
-  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), refuse_body, r, NULL, 0));
-}
-
 static gpointer
 posted_body (gpointer data)
 {
@@ -219,7 +224,7 @@ test_renew_refused (void)
   Env e;
   env_init (&e);
   static Refuse r, p;
-  run_on (e.ctx, refuse_job, &r);
+  spawn_here_on (e.ctx, refuse_body, &r, NULL, NULL);
   WT_WAIT_UNTIL (atomic_load (&r.done) == 1);
   g_assert_cmpint (atomic_load (&r.done), ==, 1);
   g_assert_true (r.refused_with_ref);
@@ -270,20 +275,13 @@ forget_body (gpointer data)
 }
 
 static void
-forget_job (gpointer data)
-{
-  Forget *f = data;
-  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), forget_body, f, NULL, 0));
-}
-
-static void
 test_renew_forgets_locals_and_interrupt (void)
 {
   Env e;
   env_init (&e);
   static Forget f;
   atomic_store (&locals_freed, 0);
-  run_on (e.ctx, forget_job, &f);
+  spawn_here_on (e.ctx, forget_body, &f, NULL, NULL);
   WT_WAIT_UNTIL (atomic_load (&f.done) == 1);
   g_assert_cmpint (atomic_load (&f.done), ==, 1);
   g_assert_true (f.renewed);
@@ -339,14 +337,6 @@ doomed_notify (gpointer data)
     notify_first (data);
 }
 
-static void
-doomed_job (gpointer data)
-{
-  Doomed *d = data;
-  g_assert_true (weft__coro_spawn_here (weft_context_get_current (), doomed_body, d,
-                                        doomed_notify, 0));
-}
-
 /* The context goes while a renewed coroutine is suspended: it is freed
  * once, its notify getting the data of the work it was on. */
 static void
@@ -359,7 +349,7 @@ test_destroy_with_reused_suspended (void)
   atomic_store (&notified_second, 0);
   WeftContext *doomed = weft_context_new (e.engine);
   weft_context_dispatch (doomed);
-  run_on (doomed, doomed_job, &d);
+  spawn_here_on (doomed, doomed_body, &d, doomed_notify, NULL);
   g_assert_cmpint (atomic_load (&d.sleeping), ==, 1);
   weft_context_destroy (doomed);
   WT_WAIT_UNTIL (atomic_load (&notified_second) == 1);
@@ -368,6 +358,68 @@ test_destroy_with_reused_suspended (void)
   g_assert_cmpint (atomic_load (&d.woke), ==, 0);
   weft_context_unref (doomed);
   env_clear (&e);
+}
+
+/* ---- the last public reference dropped during the owner's callback ----- */
+
+typedef struct {
+  atomic_int in_job;
+  atomic_int unrefed;   /* the test thread dropped the last public reference */
+  atomic_int resumed;
+  atomic_int notified;
+} Late;
+
+static gpointer
+late_body (gpointer data)
+{
+  Late *l = data;
+  weft_coro_sleep (60 * 1000); /* the context is closed: it never comes back */
+  atomic_store (&l->resumed, 1);
+  return NULL;
+}
+
+static void
+late_notify (gpointer data)
+{
+  Late *l = data;
+  atomic_fetch_add (&l->notified, 1);
+}
+
+static void
+late_job (gpointer data)
+{
+  Late *l = data;
+  atomic_store (&l->in_job, 1);
+  WT_WAIT_UNTIL (atomic_load (&l->unrefed)); /* the test thread unrefs once it sees in_job */
+  /* The callback alone keeps the context now (an internal hold). */
+  g_assert_true (weft_context_is_destroyed (weft_context_get_current ()));
+  weft__coro_spawn_here (weft_context_get_current (), late_body, l, late_notify, 0);
+}
+
+/* Another thread drops the context's last public reference while the
+ * callback that spawns here runs: the body waits, so the coroutine must
+ * hold its context past the callback; it cannot take a public reference
+ * then (there is none left to add to: a critical, and none held), so it
+ * holds the memory as the engine's internal paths do, and is abandoned
+ * with the closed context: notified once, never resumed. */
+static void
+test_spawn_here_last_ref_gone (void)
+{
+  Env e;
+  env_init (&e);
+  static Late l;
+  WeftContext *ctx = weft_context_new (e.engine);
+  weft_context_dispatch (ctx);
+  g_assert_true (weft_context_post (ctx, late_job, &l, NULL));
+  WT_WAIT_UNTIL (atomic_load (&l.in_job) == 1);
+  g_assert_cmpint (atomic_load (&l.in_job), ==, 1);
+  weft_context_unref (ctx); /* the last public reference */
+  atomic_store (&l.unrefed, 1);
+  WT_WAIT_UNTIL (atomic_load (&l.notified) == 1);
+  g_assert_cmpint (atomic_load (&l.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&l.resumed), ==, 0);
+  env_clear (&e);
+  g_assert_cmpint (atomic_load (&l.notified), ==, 1);
 }
 
 int
@@ -381,5 +433,6 @@ main (int argc, char **argv)
                    test_renew_forgets_locals_and_interrupt);
   g_test_add_func ("/coro-reuse/destroy-with-reused-suspended",
                    test_destroy_with_reused_suspended);
+  g_test_add_func ("/coro-reuse/spawn-here-last-ref-gone", test_spawn_here_last_ref_gone);
   return g_test_run ();
 }

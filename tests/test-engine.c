@@ -1072,10 +1072,14 @@ static void
 coalesce_add_job (gpointer data)
 {
   CoalesceProbe *p = data;
+  /* Timeouts added by one callback count from one clock reading, taken by
+   * its first add: each deadline lies between this reading plus the delay
+   * and a reading after its own add plus the delay. */
+  gint64 start = g_get_monotonic_time ();
   for (gint i = 0; i < COALESCE_TIMERS; i++)
     {
       guint64 delay = (guint64) g_rand_int_range (p->rand, 2000, 32000);
-      p->lo[i] = g_get_monotonic_time () + (gint64) delay;
+      p->lo[i] = start + (gint64) delay;
       g_assert_cmpuint (weft_context_add_timeout_us (p->ctx, delay, coalesce_timeout,
                                                      GINT_TO_POINTER (i), NULL), >, 0);
       p->hi[i] = g_get_monotonic_time () + (gint64) delay;
@@ -1125,9 +1129,8 @@ run_coalesce (guint64 slack_us, gboolean set_slack)
 
   /* None fired before its deadline... */
   g_assert_cmpint (atomic_load (&p->early), ==, 0);
-  /* ...and none right after one whose deadline was certainly later (the
-   * adds read the clock between lo and hi, so only certain inversions
-   * count). */
+  /* ...and none right after one whose deadline was certainly later (each
+   * deadline lies in [lo, hi], so only certain inversions count). */
   for (gint k = 1; k < COALESCE_TIMERS; k++)
     g_assert_cmpint (p->hi[p->order[k]], >=, p->lo[p->order[k - 1]]);
 

@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-net-util.h"
+#include "weft-coro-private.h" /* weft__coro_spawn_here, wrapped */
 #include "weft-http-private.h" /* weft__http_static_force_fallback */
 
 #include <sys/stat.h>
@@ -177,6 +178,45 @@ coro_hang (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
   weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "late", 4);
 }
 
+/* weft__coro_spawn_here(), wrapped at link time (tests/meson.build): the
+ * server starts every coroutine of its handlers there, so this counts
+ * them. */
+gboolean __real_weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
+                                       GDestroyNotify notify, gsize stack_size);
+static atomic_uint coro_spawns;
+
+gboolean
+__wrap_weft__coro_spawn_here (WeftContext *ctx, WeftCoroFunc func, gpointer user_data,
+                              GDestroyNotify notify, gsize stack_size)
+{
+  atomic_fetch_add (&coro_spawns, 1);
+  return __real_weft__coro_spawn_here (ctx, func, user_data, notify, stack_size);
+}
+
+/* A coroutine handler that records, for request "{n}" (below 16), the
+ * coroutine it runs in and how many the server had started by then, and
+ * answers "n=<n>;". */
+typedef struct {
+  WeftCoro *coro;
+  guint spawns;
+} CoroSeen;
+static CoroSeen coro_seen[16];
+static atomic_uint coro_seen_n;
+
+static void
+coro_id (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  guint n = (guint) g_ascii_strtoull (weft_http_request_get_param (request, "n"), NULL, 10);
+  g_assert_cmpuint (n, <, G_N_ELEMENTS (coro_seen));
+  coro_seen[n].coro = weft_coro_self ();
+  coro_seen[n].spawns = atomic_load (&coro_spawns);
+  g_assert_nonnull (coro_seen[n].coro);
+  atomic_fetch_add (&coro_seen_n, 1);
+  gchar *text = g_strdup_printf ("n=%u;", n);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) text, strlen (text));
+  g_free (text);
+}
+
 typedef void (*Configure) (WeftHttpServer *server);
 
 static void
@@ -198,6 +238,10 @@ srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure con
                                      coro_n, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "GET", "/coro-hang", WEFT_HTTP_HANDLER_COROUTINE,
                                      coro_hang, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "GET", "/coro-id/{n}", WEFT_HTTP_HANDLER_COROUTINE,
+                                     coro_id, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/coro-id/{n}",
+                                     WEFT_HTTP_HANDLER_COROUTINE, coro_id, NULL, NULL);
   if (configure != NULL)
     configure (s->server);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
@@ -1289,6 +1333,52 @@ test_coroutine_pipelined_in_order (void)
   srv_stop (&s);
 }
 
+/* Bodiless requests to coroutine handlers that answer at once, pipelined
+ * in one write, are served one after the other by one coroutine (one
+ * spawn); a request with a body, and one in a later read, get their own. */
+static void
+test_coroutine_reused_for_pipelined (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  memset (coro_seen, 0, sizeof coro_seen);
+  atomic_store (&coro_seen_n, 0);
+  guint before = atomic_load (&coro_spawns);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /coro-id/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /coro-id/2 HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /coro-id/3 HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /coro-id/4 HTTP/1.1\r\nHost: a\r\n\r\n");
+  WT_WAIT_UNTIL (atomic_load (&coro_seen_n) == 4);
+  g_assert_cmpuint (atomic_load (&coro_seen_n), ==, 4);
+  g_assert_cmpuint (coro_seen[1].spawns, ==, before + 1);
+  for (guint i = 2; i <= 4; i++)
+    {
+      g_assert_true (coro_seen[i].coro == coro_seen[1].coro);
+      g_assert_cmpuint (coro_seen[i].spawns, ==, before + 1);
+    }
+  g_assert_cmpuint (atomic_load (&coro_spawns), ==, before + 1);
+
+  /* A body: its own coroutine (what follows it may have another). */
+  wt_send_str (fd, "POST /coro-id/5 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+                   "GET /coro-id/6 HTTP/1.1\r\nHost: a\r\n\r\n");
+  WT_WAIT_UNTIL (atomic_load (&coro_seen_n) == 6);
+  g_assert_cmpuint (atomic_load (&coro_seen_n), ==, 6);
+  g_assert_cmpuint (coro_seen[5].spawns, ==, before + 2);
+  guint after_six = atomic_load (&coro_spawns);
+
+  /* A later read: its own coroutine. */
+  wt_send_str (fd, "GET /coro-id/7 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  assert_n_in_order ((const char *) got->data, 1, 7, 0, NULL);
+  g_assert_cmpuint (atomic_load (&coro_seen_n), ==, 7);
+  g_assert_cmpuint (coro_seen[7].spawns, ==, after_six + 1);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* A coroutine handler that waits while the requests after it are
  * dispatched (to coroutine and callback handlers): its answer still comes
  * in its turn. */
@@ -1371,6 +1461,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/coroutine-stream-body", test_coroutine_stream_body);
   g_test_add_func ("/http-server/coroutine-pipelined-in-order",
                    test_coroutine_pipelined_in_order);
+  g_test_add_func ("/http-server/coroutine-reused-for-pipelined",
+                   test_coroutine_reused_for_pipelined);
   g_test_add_func ("/http-server/coroutine-waits-while-queued",
                    test_coroutine_waits_while_queued);
   g_test_add_func ("/http-server/coroutine-reused-suspended-at-stop",

@@ -66,18 +66,130 @@ test_idmap_model (void)
   g_rand_free (rand);
 }
 
+/* GLib's allocators, wrapped at link time (tests/meson.build: --wrap) so
+ * that a test can count what the library allocates on its own thread. */
+void *__real_g_malloc (gsize n);
+void *__real_g_malloc0 (gsize n);
+void *__real_g_malloc_n (gsize n, gsize size);
+void *__real_g_realloc (void *mem, gsize n);
+
+static _Thread_local gboolean alloc_counting;
+static _Thread_local guint alloc_fresh;      /* malloc-like calls */
+static _Thread_local guint alloc_realloc;
+static _Thread_local void *alloc_realloc_arg; /* the block the last realloc grew */
+
+void *
+__wrap_g_malloc (gsize n)
+{
+  alloc_fresh += alloc_counting;
+  return __real_g_malloc (n);
+}
+
+void *
+__wrap_g_malloc0 (gsize n)
+{
+  alloc_fresh += alloc_counting;
+  return __real_g_malloc0 (n);
+}
+
+void *
+__wrap_g_malloc_n (gsize n, gsize size)
+{
+  alloc_fresh += alloc_counting;
+  return __real_g_malloc_n (n, size);
+}
+
+void *
+__wrap_g_realloc (void *mem, gsize n)
+{
+  if (alloc_counting)
+    {
+      alloc_realloc++;
+      alloc_realloc_arg = mem;
+    }
+  return __real_g_realloc (mem, n);
+}
+
+/* What the growths of one test run went through. */
+typedef struct {
+  guint growths, with_away, without_away;
+  guint moved_up, left; /* entries at home before a growth */
+} Growths;
+
+/* Inserts @key, counting allocations; if the table grew, checks that it
+ * grew in place: one realloc of the block it was in, fresh memory only for
+ * the entries away from home (set aside), none for a new table. */
+static void
+insert_counted (WeftIdMap *map, guint key, Growths *g)
+{
+  guint cap_before = map->mask != 0 ? map->mask + 1 : 0; /* mask 0: no table yet */
+  gpointer block_before = cap_before != 0 ? (gpointer) map->values : NULL;
+  guint up = 0, left = 0, away = 0;
+  for (guint i = 0; i < cap_before; i++)
+    if (map->keys[i] != 0)
+      {
+        if ((map->keys[i] & map->mask) != i)
+          away++;
+        else if (map->keys[i] & cap_before)
+          up++;
+        else
+          left++;
+      }
+
+  alloc_counting = TRUE;
+  alloc_fresh = alloc_realloc = 0;
+  alloc_realloc_arg = NULL;
+  weft__idmap_insert (map, key, GUINT_TO_POINTER (key));
+  alloc_counting = FALSE;
+
+  guint cap = map->mask + 1;
+  if (cap_before == 0)
+    return; /* the first table (or none yet) */
+  if (cap == cap_before)
+    {
+      g_assert_cmpuint (alloc_realloc, ==, 0);
+      g_assert_cmpuint (alloc_fresh, ==, 0);
+      return;
+    }
+  g_assert_cmpuint (cap, ==, 2 * cap_before);
+  g_assert_cmpuint (alloc_realloc, ==, 1);
+  g_assert_true (alloc_realloc_arg == block_before);
+  g_assert_cmpuint (alloc_fresh, ==, away > 0 ? 2 : 0); /* the set-aside keys and values */
+  g_assert_true ((gpointer) map->keys == (gpointer) (map->values + cap)); /* one block */
+  g->growths++;
+  if (away > 0)
+    g->with_away++;
+  else
+    g->without_away++;
+  g->moved_up += up;
+  g->left += left;
+}
+
 static void
 test_idmap_grow_in_place (void)
 {
-  g_test_summary ("Growing the id map in place keeps every entry findable, with entries "
-                  "at home (moved up or left) and away from home (ids a multiple of the "
-                  "capacity apart, set aside and placed again)");
+  g_test_summary ("Growing the id map reallocates its one block (no fresh table, no "
+                  "rehash), with entries at home (moved up or left) and away from home "
+                  "(ids a multiple of the capacity apart, set aside and placed again), "
+                  "and every entry stays findable");
 
   WeftIdMap map;
   GRand *rand = g_rand_new_with_seed (99);
   guint keys[3000];
   guint n = 0;
+  Growths g = { 0 };
 
+  /* Sequential ids: every entry at home, no memory but the realloc. */
+  weft__idmap_init (&map);
+  for (guint k = 1; k <= 1000; k++)
+    insert_counted (&map, k, &g);
+  for (guint k = 1; k <= 1000; k++)
+    g_assert_true (weft__idmap_lookup (&map, k) == GUINT_TO_POINTER (k));
+  g_assert_cmpuint (g.without_away, ==, 9); /* 4 -> 2048 slots */
+  g_assert_cmpuint (g.with_away, ==, 0);
+  weft__idmap_clear (&map);
+
+  memset (&g, 0, sizeof g);
   weft__idmap_init (&map);
   while (n < G_N_ELEMENTS (keys))
     {
@@ -95,19 +207,76 @@ test_idmap_grow_in_place (void)
         }
       if (weft__idmap_lookup (&map, key) != NULL)
         continue;
-      guint cap_before = map.mask != 0 ? map.mask + 1 : 0; /* mask 0: no table yet */
-      weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
+      guint grown = g.growths;
+      insert_counted (&map, key, &g);
       keys[n++] = key;
-      if (map.mask + 1 != cap_before || n % 97 == 0)
+      if (g.growths != grown || n % 97 == 0)
         for (guint i = 0; i < n; i++)
           g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
     }
+  /* The run went through what the summary names: 4 -> 8192 slots. */
+  g_assert_cmpuint (g.growths, ==, 11);
+  g_assert_cmpuint (g.with_away, >, 0);
+  g_assert_cmpuint (g.moved_up, >, 0);
+  g_assert_cmpuint (g.left, >, 0);
+
   g_assert_cmpuint (map.len, ==, n);
   for (guint i = 0; i < n; i += 2)
     g_assert_true (weft__idmap_remove (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
   for (guint i = 1; i < n; i += 2)
     g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
   weft__idmap_clear (&map);
+  g_rand_free (rand);
+}
+
+static void
+test_idmap_grow_big (void)
+{
+  g_test_summary ("Growing the id map in place up to 512k slots (a block realloc moves "
+                  "with mremap) keeps every entry findable, sequential ids and ids a "
+                  "multiple of 65536 apart alike, and removal and steal_all see them all");
+
+  WeftIdMap map;
+  GRand *rand = g_rand_new_with_seed (7);
+  guint n_keys = 150000, n = 0;
+  guint *keys = g_new (guint, n_keys);
+  GHashTable *seen = g_hash_table_new (g_direct_hash, g_direct_equal);
+
+  weft__idmap_init (&map);
+  while (n < n_keys)
+    {
+      guint key;
+      if (g_rand_int_range (rand, 0, 8) != 0)
+        key = n + 1;
+      else /* collides with an earlier one in the tables of 64k to 512k slots */
+        key = (n > 0 ? keys[g_rand_int_range (rand, 0, n)] : 1) +
+              65536 * g_rand_int_range (rand, 1, 8);
+      if (g_hash_table_contains (seen, GUINT_TO_POINTER (key)))
+        continue;
+      guint cap_before = map.mask + 1;
+      weft__idmap_insert (&map, key, GUINT_TO_POINTER (key));
+      g_hash_table_add (seen, GUINT_TO_POINTER (key));
+      keys[n++] = key;
+      if (map.mask + 1 != cap_before)
+        for (guint i = 0; i < n; i++)
+          g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+    }
+  g_assert_cmpuint (map.mask + 1, >=, 262144);
+  for (guint i = 0; i < n; i++)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 0; i < n; i += 2)
+    g_assert_true (weft__idmap_remove (&map, keys[i]) == GUINT_TO_POINTER (keys[i]));
+  for (guint i = 0; i < n; i++)
+    g_assert_true (weft__idmap_lookup (&map, keys[i]) ==
+                   (i % 2 ? GUINT_TO_POINTER (keys[i]) : NULL));
+  GPtrArray *all = g_ptr_array_new ();
+  weft__idmap_steal_all (&map, all);
+  g_assert_cmpuint (all->len, ==, n / 2);
+  g_assert_cmpuint (map.len, ==, 0);
+  g_ptr_array_unref (all);
+  weft__idmap_clear (&map);
+  g_hash_table_unref (seen);
+  g_free (keys);
   g_rand_free (rand);
 }
 
@@ -393,6 +562,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/idmap-model", test_idmap_model);
   g_test_add_func ("/internal/idmap-remove-in-order", test_idmap_remove_in_order);
   g_test_add_func ("/internal/idmap-grow-in-place", test_idmap_grow_in_place);
+  g_test_add_func ("/internal/idmap-grow-big", test_idmap_grow_big);
   g_test_add_func ("/internal/heap-order-and-cancel", test_heap_order_and_cancel);
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",

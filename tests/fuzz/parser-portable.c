@@ -10,5 +10,6 @@
 #define weft_http_head_get_header weft_http_head_get_header_portable
 #define weft_http_chunked_init weft_http_chunked_init_portable
 #define weft_http_chunked_decode weft_http_chunked_decode_portable
+#define weft_http_parser_scan_name weft_http_parser_scan_name_portable
 #include "../../http/weft-http-parser.c"
 #include "parser-portable.h"

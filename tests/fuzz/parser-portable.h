@@ -12,3 +12,4 @@ gssize weft_http_parse_request_portable (const char *buf, gsize len,
                                          const WeftHttpLimits *limits, WeftHttpHead *req,
                                          WeftHttpHeader *headers, gsize max_headers,
                                          guint *status);
+const char *weft_http_parser_scan_name_portable (void);
