@@ -161,13 +161,24 @@ enum {
   WEFT_CTX_TAIL_CONN = 1u << 3,
 };
 
-/* Laid out by who writes what. Line 0: the scheduling state, written by
- * posters that claim an idle context and by the runner when it releases.
- * Each inbox head has a line of its own: posters exchange it on every post,
- * and sharing it with the state word made the runner's release and the
- * next post fight over one line (post cost measured 2-4x higher). */
+/* Laid out by who touches what. The allocation is only 16-byte aligned
+ * (cache-line alignment cost idle connections ~190 bytes each), so the two
+ * groups below start 64 bytes apart from the 16-byte slot of the other's
+ * last field: for any start they never share a line (static assertions in
+ * weft-context.c keep it so).
+ *  - First, what a post touches: the state word, the engine, the bound,
+ *    the back inbox's head it exchanges and its stub, and on a claim the
+ *    references and the run-queue node. Posting to many contexts in turn (each post
+ *    claims an idle context) then touches one or two lines per context.
+ *  - Last, what the runner touches on every node: the inbox's tail, the
+ *    front queue's pointer, its copy of CLOSED. A runner that
+ *    read or wrote a line the posters write moved it between the CPUs on
+ *    every job while a producer streamed into the context.
+ * Colder fields fill the gap, so the context is no larger than with the
+ * two groups side by side. */
 struct _WeftContext {
-  WeftNode run_node;           /* on the engine run queue while scheduled */
+  WeftNode run_node;           /* first: the run queues hold this node; on
+                                * the engine run queue while scheduled */
   gint internal_refs;          /* (atomic) 1 for the public side, +1 while
                                 * scheduled, +1 per fd or signal source, +1
                                 * per engine timer heap entry or queued
@@ -181,24 +192,40 @@ struct _WeftContext {
   WeftMainQueue *main_queue;   /* (owned) (nullable) */
   gint ref_count;              /* (atomic) public references */
   guint max_queued;            /* set before dispatch */
-  /* No cache-line alignment (an aligned allocation cost idle connections
-   * ~190 bytes each), and the tight layout of the queue: its head and tail
-   * may share a line, 40 bytes less per context. */
-  WeftMpscTight back;          /* post, readiness, timers, signals, idles */
+  /* The back inbox (post, readiness, timers, signals, idles) is a
+   * WeftMpscTight taken apart, used through the weft__mpsc_*_at() forms:
+   * the posters' head, and the stub, which a post links behind when the
+   * inbox was empty (every post, when many idle contexts are posted to in
+   * turn), here; the runner's tail below. The runner reads the stub only
+   * once it has drained the inbox. */
+  WeftNode *_Atomic back_head;
+  WeftNode back_stub;
+
+  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
+  guint last_id;               /* HOLDS: lock */
+  WeftIdMap ids;               /* HOLDS: lock */
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
+
+  WeftNode *_Atomic back_tail; /* the runner's; other threads only hint (_nonempty) */
   /* post_front's queue, made by the first one (few contexts ever get
    * one): idle connections are counted in bytes. */
   WeftMpscTight *_Atomic front;
-  atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
-  gboolean idles_due;          /* consumer only */
-
-  WeftIdMap ids;               /* HOLDS: lock */
-  guint last_id;               /* HOLDS: lock */
-  gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
-  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
-
   WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
   WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
+  guint8 idles_due;            /* consumer only */
+  /* CLOSED, copied here by close_context() after it set it in the state
+   * word: the runner's look before each node, off the posters' lines. */
+  _Atomic guint8 closed;
+  gboolean ids_wrapped;        /* HOLDS: lock; last_id went past G_MAXUINT */
 };
+
+/* The back inbox through the weft__mpsc_*_at() forms. */
+#define weft__context_back_push(c, n) weft__mpsc_push_at (&(c)->back_head, (n))
+#define weft__context_back_nonempty(c) \
+  weft__mpsc_nonempty_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
+#define weft__context_back_quiet(c) weft__mpsc_quiet_at (&(c)->back_tail, &(c)->back_stub)
+#define weft__context_back_pop(c) \
+  weft__mpsc_pop_at (&(c)->back_head, &(c)->back_tail, &(c)->back_stub)
 
 /* A context followed by @tail_size zeroed bytes in the same allocation, for
  * objects that live exactly as long as it: a connection and its fd source

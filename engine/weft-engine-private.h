@@ -40,6 +40,7 @@ typedef struct {
 
 enum {
   WEFT_JOB_COUNTED = 1 << 0, /* counted in its context's n_queued */
+  WEFT_JOB_OUTSIDE = 1 << 1, /* posted from outside every context's callbacks */
 };
 
 /* Fixed-size object caches (weft-cache.c). */
@@ -275,13 +276,30 @@ void weft__engine_internal_unref (WeftEngine *self);
  * wakes a sleeping worker if there is one. */
 void weft__engine_enqueue (WeftEngine *self, WeftNode *node, gboolean urgent);
 void weft__engine_wake (WeftEngine *self);
+/* Something is on the run queue (a hint for any thread but its consumer). */
+static inline gboolean
+weft__engine_runq_nonempty (WeftEngine *self)
+{
+  return weft__mpsc_nonempty (&self->urgent) || weft__mpsc_nonempty (&self->runq);
+}
 /* Pops the next runnable (urgent first) under the pop lock; any thread may
  * call it. NULL when empty or while a push is in flight. */
 WeftNode *weft__engine_pop (WeftEngine *self);
 /* Puts a context that a worker is about to let go of back on the run
  * queue without waking anyone: that worker polls the queue next. */
 void weft__engine_requeue (WeftEngine *self, WeftNode *node);
-gboolean weft__engine_refuses (WeftEngine *self);
+/* Whether a post must be refused (soft stop from a foreign thread, or a
+ * dead engine). Inline: every post asks, and almost always both flags are
+ * clear. */
+gboolean weft__engine_refuses_slow (WeftEngine *self);
+static inline gboolean
+weft__engine_refuses (WeftEngine *self)
+{
+  if (G_LIKELY (!atomic_load_explicit (&self->refusing, memory_order_relaxed) &&
+                !atomic_load_explicit (&self->dead, memory_order_relaxed)))
+    return FALSE;
+  return weft__engine_refuses_slow (self);
+}
 void weft__engine_destroy_contexts (WeftEngine *self); /* weft-context.c */
 
 /* The worker this thread is, or NULL. */

@@ -516,11 +516,8 @@ weft_engine_is_worker_thread (WeftEngine *self)
 }
 
 gboolean
-weft__engine_refuses (WeftEngine *self)
+weft__engine_refuses_slow (WeftEngine *self)
 {
-  if (G_LIKELY (!atomic_load_explicit (&self->refusing, memory_order_relaxed) &&
-                !atomic_load_explicit (&self->dead, memory_order_relaxed)))
-    return FALSE;
   return atomic_load (&self->dead) || !weft_engine_is_worker_thread (self);
 }
 

@@ -17,9 +17,10 @@ typedef struct _WeftNode WeftNode;
 
 /* A seam for tests/test-internal.c, which defines it before including this
  * header: runs in weft__mpsc_pop() between its look at the head and its
- * re-push of the stub, where a producer's exchange can land. */
+ * re-push of the stub, where a producer's exchange can land. @head: the
+ * queue's head. */
 #ifndef WEFT__MPSC_BEFORE_STUB_PUSH
-#define WEFT__MPSC_BEFORE_STUB_PUSH(q) ((void) 0)
+#define WEFT__MPSC_BEFORE_STUB_PUSH(head) ((void) 0)
 #endif
 
 /* What an inbox or run-queue node is; the owner switches on it. */
@@ -62,7 +63,7 @@ typedef struct {
 #define weft__mpsc_init(q) weft__mpsc_init_at (&(q)->head, &(q)->tail, &(q)->stub)
 #define weft__mpsc_push(q, n) weft__mpsc_push_at (&(q)->head, (n))
 #define weft__mpsc_nonempty(q) weft__mpsc_nonempty_at (&(q)->head, &(q)->tail, &(q)->stub)
-#define weft__mpsc_pop(q) weft__mpsc_pop_at (&(q)->head, &(q)->tail, &(q)->stub, (q))
+#define weft__mpsc_pop(q) weft__mpsc_pop_at (&(q)->head, &(q)->tail, &(q)->stub)
 
 static inline void
 weft__mpsc_init_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNode *stub)
@@ -100,11 +101,26 @@ weft__mpsc_nonempty_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tail, WeftNo
          atomic_load_explicit (tail, memory_order_relaxed) != stub;
 }
 
+/* TRUE when nothing is linked behind the consumer's tail: the queue is
+ * empty, or the push behind the stub is between its exchange and its link
+ * (which weft__mpsc_nonempty() sees). Unlike weft__mpsc_nonempty() it
+ * reads only the consumer's side (the tail and the stub), never the head
+ * that every push exchanges, so a consumer may look often without pulling
+ * the producers' line away from them. A tail other than the stub is a node
+ * not yet popped. Consumer only. */
+#define weft__mpsc_quiet(q) weft__mpsc_quiet_at (&(q)->tail, &(q)->stub)
+
+static inline gboolean
+weft__mpsc_quiet_at (WeftNode *_Atomic *tail, WeftNode *stub)
+{
+  return atomic_load_explicit (tail, memory_order_relaxed) == stub &&
+         atomic_load_explicit (&stub->next, memory_order_acquire) == NULL;
+}
+
 /* Pops the oldest node. NULL when empty, or while a producer is between its
- * exchange and its link store; weft__mpsc_nonempty() tells the two apart.
- * @q: the queue, for the test seam only. */
+ * exchange and its link store; weft__mpsc_nonempty() tells the two apart. */
 static inline WeftNode *
-weft__mpsc_pop_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tailp, WeftNode *stub, void *q)
+weft__mpsc_pop_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tailp, WeftNode *stub)
 {
   /* Relaxed: the consumer is the only writer of the tail; other threads
    * read it only in weft__mpsc_nonempty(). */
@@ -126,7 +142,7 @@ weft__mpsc_pop_at (WeftNode *_Atomic *head, WeftNode *_Atomic *tailp, WeftNode *
     }
   if (tail != atomic_load_explicit (head, memory_order_acquire))
     return NULL;
-  WEFT__MPSC_BEFORE_STUB_PUSH (q);
+  WEFT__MPSC_BEFORE_STUB_PUSH (head);
   weft__mpsc_push_at (head, stub);
   next = atomic_load_explicit (&tail->next, memory_order_acquire);
   if (next != NULL)

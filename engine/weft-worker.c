@@ -48,11 +48,7 @@ weft__worker_count_timer (void)
     }
 }
 
-static inline gboolean
-runq_nonempty (WeftEngine *e)
-{
-  return weft__mpsc_nonempty (&e->urgent) || weft__mpsc_nonempty (&e->runq);
-}
+#define runq_nonempty weft__engine_runq_nonempty
 
 /* Takes the next runnable, one per hold of the pop lock: a worker never
  * keeps runnables aside, since one it kept while running a long callback

@@ -76,7 +76,7 @@ dump (Producer *p, int expected)
            mpsc_state (&e->runq), mpsc_state (&e->urgent));
   if (p->ctx != NULL)
     fprintf (stderr, "  context: state %#x back %s front %s\n", atomic_load (&p->ctx->state),
-             mpsc_state (&p->ctx->back), mpsc_state (atomic_load (&p->ctx->front)));
+             mpsc_state_at (&p->ctx->back_head, &p->ctx->back_tail, &p->ctx->back_stub), mpsc_state (atomic_load (&p->ctx->front)));
 }
 
 static gpointer

@@ -237,6 +237,168 @@ test_serial_order (void)
   g_free (s.seen);
 }
 
+/* ---- /context/linger-stream, /context/linger-sleeps --------------------- */
+
+/* A worker that drained a context after a batch keeps it for a few
+ * microseconds while another worker sleeps, so that a stream of posts finds
+ * it still scheduled. The posts below come in bursts separated by pauses
+ * shorter than, about as long as, and longer than that linger, so that
+ * some land while the worker lingers, some as it gives the context up and
+ * some after. Front posts make the front queue while the worker may be
+ * lingering on a context that had none. */
+
+#define LINGER_BURSTS 400
+
+typedef struct {
+  WeftContext *ctx;
+  atomic_int inside;
+  atomic_int overlap;
+  atomic_int done;
+  atomic_int other_done;
+  gint next_back;        /* plain: the context's callbacks only */
+  gint next_front;       /* plain: likewise */
+  gint order_errors;     /* plain: likewise; read after the last job */
+} Linger;
+
+typedef struct {
+  Linger *l;
+  gint seq;
+  gboolean front;
+} LingerJob;
+
+static void
+linger_job (gpointer data)
+{
+  LingerJob *j = data;
+  Linger *l = j->l;
+  if (atomic_fetch_add (&l->inside, 1) != 0)
+    atomic_fetch_add (&l->overlap, 1);
+  gint *next = j->front ? &l->next_front : &l->next_back;
+  if (j->seq != *next)
+    l->order_errors++;
+  *next = j->seq + 1;
+  atomic_fetch_sub (&l->inside, 1);
+  atomic_fetch_add (&l->done, 1);
+}
+
+static void
+linger_other_job (gpointer data)
+{
+  Linger *l = data;
+  atomic_fetch_add (&l->other_done, 1);
+}
+
+static void
+spin_us (guint us)
+{
+  gint64 end = g_get_monotonic_time () + us;
+  while (g_get_monotonic_time () < end)
+    ;
+}
+
+/* Posts bursts into l->ctx, and after each burst one job into @other, a
+ * second context that must run although the first may hold a worker. */
+static gint
+linger_stream (Linger *l, WeftContext *other, guint64 *rng, LingerJob *jobs, gint n_jobs)
+{
+  gint posted = 0, back = 0, front = 0;
+  for (guint b = 0; b < LINGER_BURSTS && posted < n_jobs; b++)
+    {
+      guint len = 1 + wt_rand_below (rng, 8);
+      for (guint i = 0; i < len && posted < n_jobs; i++)
+        {
+          LingerJob *j = &jobs[posted++];
+          j->l = l;
+          j->front = wt_rand_below (rng, 4) == 0;
+          j->seq = j->front ? front++ : back++;
+          if (j->front)
+            g_assert_true (weft_context_post_front (l->ctx, linger_job, j, NULL));
+          else
+            g_assert_true (weft_context_post (l->ctx, linger_job, j, NULL));
+        }
+      g_assert_true (weft_context_post (other, linger_other_job, l, NULL));
+      /* 0-30 us: inside, around and past the linger. */
+      spin_us (wt_rand_below (rng, 31));
+    }
+  return posted;
+}
+
+static void
+test_linger_stream (void)
+{
+  g_test_summary ("Posts in bursts with pauses around the runner's linger all run once, "
+                  "in order per queue and never overlapping, front posts included (the "
+                  "front queue made while the runner may linger), and a second context "
+                  "posted to meanwhile runs all its jobs");
+
+  for (guint workers = 1; workers <= 2; workers++)
+    {
+      WeftEngine *engine = wt_engine_new (workers);
+      WeftContext *other = weft_context_new (engine);
+      Linger l = { .ctx = weft_context_new (engine) };
+      const gint n_jobs = LINGER_BURSTS * 8;
+      LingerJob *jobs = g_new0 (LingerJob, n_jobs);
+      guint64 rng = 0x9e3779b97f4a7c15u + workers;
+
+      weft_context_dispatch (l.ctx);
+      weft_context_dispatch (other);
+      gint posted = linger_stream (&l, other, &rng, jobs, n_jobs);
+      WT_WAIT_UNTIL (atomic_load (&l.done) == posted &&
+                     atomic_load (&l.other_done) == LINGER_BURSTS);
+      g_assert_cmpint (atomic_load (&l.done), ==, posted);
+      g_assert_cmpint (atomic_load (&l.other_done), ==, LINGER_BURSTS);
+      g_assert_cmpint (atomic_load (&l.overlap), ==, 0);
+      g_assert_cmpint (l.order_errors, ==, 0);
+
+      weft_context_unref (l.ctx);
+      weft_context_unref (other);
+      weft_engine_unref (engine);
+      g_free (jobs);
+    }
+}
+
+static void
+test_linger_sleeps (void)
+{
+  g_test_summary ("After a stream of posts the runner's linger ends by itself: every "
+                  "worker goes to sleep, and in a quiet window afterwards no worker "
+                  "polls or wakes");
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *other = weft_context_new (engine);
+  Linger l = { .ctx = weft_context_new (engine) };
+  const gint n_jobs = LINGER_BURSTS * 8;
+  LingerJob *jobs = g_new0 (LingerJob, n_jobs);
+  guint64 rng = 12345;
+
+  weft_context_dispatch (l.ctx);
+  weft_context_dispatch (other);
+  for (guint round = 0; round < 3; round++)
+    {
+      memset (jobs, 0, sizeof (LingerJob) * (gsize) n_jobs);
+      l.next_back = l.next_front = 0;
+      atomic_store (&l.done, 0);
+      gint posted = linger_stream (&l, other, &rng, jobs, n_jobs);
+      WT_WAIT_UNTIL (atomic_load (&l.done) == posted);
+      g_assert_cmpint (atomic_load (&l.done), ==, posted);
+
+      wt_wait_engine_idle (engine);
+      WeftEngineStats before = wt_stats (engine);
+      wt_quiet_window_ms (100);
+      WeftEngineStats after = wt_stats (engine);
+      g_assert_cmpuint (after.n_sleeping, ==, 2);
+      g_assert_cmpuint (after.polls, ==, before.polls);
+      g_assert_cmpuint (after.wakeups, ==, before.wakeups);
+      g_assert_cmpuint (after.jobs_run, ==, before.jobs_run);
+    }
+  g_assert_cmpint (l.order_errors, ==, 0);
+
+  weft_context_unref (l.ctx);
+  weft_context_unref (other);
+  weft_engine_unref (engine);
+  g_free (jobs);
+}
+
 /* ---- /context/no-overlap ----------------------------------------------- */
 
 #define OVERLAP_THREADS 4
@@ -2046,6 +2208,8 @@ main (int argc, char **argv)
   g_test_add_func ("/context/no-fire-before-dispatch", test_no_fire_before_dispatch);
   g_test_add_func ("/context/serial-order", test_serial_order);
   g_test_add_func ("/context/no-overlap", test_no_overlap);
+  g_test_add_func ("/context/linger-stream", test_linger_stream);
+  g_test_add_func ("/context/linger-sleeps", test_linger_sleeps);
   g_test_add_func ("/context/visibility", test_visibility);
   g_test_add_func ("/context/post-front", test_post_front);
   g_test_add_func ("/context/try-post-queue-full", test_try_post_queue_full);

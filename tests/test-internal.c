@@ -4,10 +4,11 @@
  */
 /* Before the headers: weft__mpsc_pop() inlined here calls it (see
  * test_mpsc_nonempty_while_stub_repushed). */
-static void stub_race_hook (void *queue);
+struct _WeftNode;
+static void stub_race_hook (struct _WeftNode *_Atomic *head);
 static struct _WeftNode *stub_race_node; /* exchanged in by the next stub re-push */
 static struct _WeftNode *stub_race_prev;
-#define WEFT__MPSC_BEFORE_STUB_PUSH(q) stub_race_hook (q)
+#define WEFT__MPSC_BEFORE_STUB_PUSH(head) stub_race_hook (head)
 
 #include "weft-context-private.h"
 
@@ -431,13 +432,12 @@ test_mpsc_fifo_per_producer (void)
  * (WEFT__MPSC_BEFORE_STUB_PUSH), its link held back until the consumer has
  * looked: the interleaving happens every time, not by chance. */
 static void
-stub_race_hook (void *queue)
+stub_race_hook (struct _WeftNode *_Atomic *head)
 {
-  WeftMpsc *q = queue;
   if (stub_race_node == NULL)
     return;
   atomic_store_explicit (&stub_race_node->next, NULL, memory_order_relaxed);
-  stub_race_prev = atomic_exchange (&q->head, stub_race_node);
+  stub_race_prev = atomic_exchange (head, stub_race_node);
   stub_race_node = NULL;
 }
 
@@ -469,6 +469,52 @@ test_mpsc_nonempty_while_stub_repushed (void)
   g_assert_true (weft__mpsc_nonempty (&q));
   g_assert_true (weft__mpsc_pop (&q) == &c);
   g_assert_null (weft__mpsc_pop (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+}
+
+/* weft__mpsc_quiet() answers from the consumer's side alone: a node linked
+ * behind the tail, or a tail not yet popped, is work; a push that has only
+ * exchanged the head is not seen (the runner's exact look before it
+ * releases, weft__mpsc_nonempty(), sees it). */
+static void
+test_mpsc_quiet (void)
+{
+  g_test_summary ("The consumer's head-free look: quiet when empty, not quiet once a "
+                  "push has linked or a node waits at the tail, and blind to a push "
+                  "that has exchanged the head but not linked, which nonempty sees");
+
+  WeftMpscTight q;
+  WeftNode a = { 0 }, c = { 0 }, d = { 0 };
+
+  weft__mpsc_init (&q);
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+
+  weft__mpsc_push (&q, &a);
+  g_assert_false (weft__mpsc_quiet (&q));
+  /* a is the last node and c's exchange lands before the stub's: a waits
+   * at the tail for c's link. */
+  stub_race_node = &c;
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_false (weft__mpsc_quiet (&q));
+  atomic_store_explicit (&stub_race_prev->next, &c, memory_order_release);
+  g_assert_true (weft__mpsc_pop (&q) == &a);
+  g_assert_true (weft__mpsc_pop (&q) == &c);
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_false (weft__mpsc_nonempty (&q));
+
+  /* d's exchange without its link: behind the stub nothing is linked yet. */
+  atomic_store_explicit (&d.next, NULL, memory_order_relaxed);
+  WeftNode *prev = atomic_exchange (&q.head, &d);
+  g_assert_true (prev == &q.stub);
+  g_assert_true (weft__mpsc_quiet (&q));
+  g_assert_true (weft__mpsc_nonempty (&q));
+  atomic_store_explicit (&prev->next, &d, memory_order_release);
+  g_assert_false (weft__mpsc_quiet (&q));
+  g_assert_true (weft__mpsc_pop (&q) == &d);
+  g_assert_null (weft__mpsc_pop (&q));
+  g_assert_true (weft__mpsc_quiet (&q));
   g_assert_false (weft__mpsc_nonempty (&q));
 }
 
@@ -521,6 +567,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/mpsc-fifo-per-producer", test_mpsc_fifo_per_producer);
   g_test_add_func ("/internal/mpsc-nonempty-while-stub-repushed",
                    test_mpsc_nonempty_while_stub_repushed);
+  g_test_add_func ("/internal/mpsc-quiet", test_mpsc_quiet);
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
   return g_test_run ();
 }
