@@ -19,9 +19,21 @@ void weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
  * each with a reference (the array's free function drops it). Any thread;
  * the answer is a snapshot: a connection accepted meanwhile may be missing. */
 GPtrArray *weft__listener_live_connections (WeftListener *self);
+/* Decides whether a connection is collected. It runs under the engine's
+ * context list lock, before the connection is referenced (its memory stays
+ * while its context is listed), so it may read only atomics of it and must
+ * not call back into the engine. */
+typedef gboolean (*WeftConnectionFilter) (WeftConnection *conn, gpointer data);
+/* The same, only the connections @keep accepts: a periodic sweep that
+ * wants a few of many connections neither references every one nor
+ * grows an array as large as them all. */
+GPtrArray *weft__listener_live_connections_where (WeftListener *self, WeftConnectionFilter keep,
+                                                  gpointer data);
 /* For weft__engine_foreach_tail(): the connection in @tail with a new
- * reference if @listener accepted it and its last reference is not gone. */
-WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener);
+ * reference if @listener accepted it, @keep (if not NULL) accepts it and
+ * its last reference is not gone. */
+WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener,
+                                           WeftConnectionFilter keep, gpointer data);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be

@@ -550,11 +550,14 @@ try_ref (WeftConnection *self)
 }
 
 WeftConnection *
-weft__connection_ref_tail (gpointer tail, WeftListener *listener)
+weft__connection_ref_tail (gpointer tail, WeftListener *listener, WeftConnectionFilter keep,
+                           gpointer data)
 {
   WeftConnection *self = tail;
   /* The listener pointer was written before the tail was marked. */
-  return self->listener == listener && try_ref (self) ? self : NULL;
+  if (self->listener != listener || (keep != NULL && !keep (self, data)))
+    return NULL;
+  return try_ref (self) ? self : NULL;
 }
 
 void

@@ -458,6 +458,8 @@ accepted_job (gpointer data)
 
 typedef struct {
   WeftListener *listener;
+  WeftConnectionFilter keep;
+  gpointer keep_data;
   GPtrArray *out;
 } LiveCollect;
 
@@ -465,17 +467,25 @@ static void
 collect_live (gpointer tail, gpointer data)
 {
   LiveCollect *c = data;
-  WeftConnection *conn = weft__connection_ref_tail (tail, c->listener);
+  WeftConnection *conn = weft__connection_ref_tail (tail, c->listener, c->keep, c->keep_data);
   if (conn != NULL)
     g_ptr_array_add (c->out, conn);
 }
 
 GPtrArray *
-weft__listener_live_connections (WeftListener *self)
+weft__listener_live_connections_where (WeftListener *self, WeftConnectionFilter keep,
+                                       gpointer data)
 {
-  LiveCollect c = { self, g_ptr_array_new_with_free_func ((GDestroyNotify) weft_connection_unref) };
+  LiveCollect c = { self, keep, data,
+                    g_ptr_array_new_with_free_func ((GDestroyNotify) weft_connection_unref) };
   weft__engine_foreach_tail (self->engine, collect_live, &c);
   return c.out;
+}
+
+GPtrArray *
+weft__listener_live_connections (WeftListener *self)
+{
+  return weft__listener_live_connections_where (self, NULL, NULL);
 }
 
 void
