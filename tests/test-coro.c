@@ -219,6 +219,42 @@ test_sleep_and_join_timeout (void)
   env_clear (&e);
 }
 
+static gboolean
+never_fires (gpointer data)
+{
+  g_assert_not_reached ();
+  return G_SOURCE_REMOVE;
+}
+
+static gpointer
+sleep_after_work (gpointer data)
+{
+  WeftContext *ctx = weft_coro_get_context (weft_coro_self ());
+  /* This add fixes the base of the callback's later timeout adds. */
+  guint id = weft_context_add_timeout (ctx, 60000, never_fires, NULL, NULL);
+  g_assert_cmpuint (id, >, 0);
+  gint64 busy_until = g_get_monotonic_time () + 30000;
+  while (g_get_monotonic_time () < busy_until)
+    ;
+  gint64 t = g_get_monotonic_time ();
+  g_assert_cmpint (weft_coro_sleep (50), ==, 0);
+  /* (- 1: the two clocks' readings are truncated to microseconds apart) */
+  g_assert_cmpint (g_get_monotonic_time () - t, >=, 50000 - 1);
+  weft_context_remove (ctx, id);
+  return NULL;
+}
+
+/* A sleep counts from its call, even after 30 ms of work in a callback that
+ * already added a timeout (whose reading its later plain adds reuse). */
+static void
+test_sleep_counts_from_call (void)
+{
+  Env e;
+  env_init (&e, 1);
+  run_coro (e.ctx, sleep_after_work, NULL);
+  env_clear (&e);
+}
+
 /* ---- conditions, mutexes, interrupts ------------------------------------ */
 
 typedef struct {
@@ -980,6 +1016,7 @@ main (int argc, char **argv)
   g_test_add_func ("/coro/locals-across-yield", test_locals_across_yield);
   g_test_add_func ("/coro/join-value", test_join_value);
   g_test_add_func ("/coro/sleep-and-join-timeout", test_sleep_and_join_timeout);
+  g_test_add_func ("/coro/sleep-counts-from-call", test_sleep_counts_from_call);
   g_test_add_func ("/coro/cond-signal-broadcast", test_cond_signal_broadcast);
   g_test_add_func ("/coro/cond-timeout", test_cond_timeout);
   g_test_add_data_func ("/coro/interrupt/sleep", GINT_TO_POINTER (W_SLEEP), test_interrupt);
