@@ -183,6 +183,21 @@ class Conn:
         self.buf += b
         return True
 
+    def wait_head(self, timeout, what):
+        """Waits until a whole response head is buffered (it stays there
+        for read_response); raises Fail(what) if the connection ends."""
+        deadline = time.monotonic() + timeout
+        while b'\r\n\r\n' not in self.buf:
+            if not self._fill(deadline):
+                raise Fail(what)
+
+    def wait_continue(self, t):
+        """Waits for a 100 Continue ahead of anything else; read_response
+        later counts it as interim."""
+        self.wait_head(t.read_timeout, 'closed before 100 Continue')
+        if not self.buf.startswith(b'HTTP/1.1 100 '):
+            raise Fail('expected 100 Continue first, got %r' % self.buf[:60])
+
     def _take(self, n, deadline):
         while len(self.buf) < n:
             if not self._fill(deadline):
@@ -735,12 +750,7 @@ def _(t):
     c.send(GET + req(b'POST /echo HTTP/1.1', b'Host: a', b'Content-Length: 5',
                      b'Expect: 100-continue'))
     hello(c.resp())
-    deadline = time.monotonic() + t.read_timeout
-    while b'\r\n\r\n' not in c.buf:
-        if not c._fill(deadline):
-            raise Fail('closed before 100 Continue')
-    if not c.buf.startswith(b'HTTP/1.1 100 '):
-        raise Fail('expected 100 Continue, got %r' % c.buf[:60])
+    c.wait_continue(t)
     c.send(b'hello')
     echoed(c.resp(), b'hello')
 
@@ -853,13 +863,7 @@ def _(t):
     # server MUST send 100 or a final answer at once; here 100, then 200.
     c = Conn(t)
     c.send(req(b'POST /echo HTTP/1.1', b'Host: a', b'Content-Length: 5', b'Expect: 100-continue'))
-    c.s.settimeout(t.read_timeout)
-    deadline = time.monotonic() + t.read_timeout
-    while b'\r\n\r\n' not in c.buf:
-        if not c._fill(deadline):
-            raise Fail('closed before 100 Continue')
-    if not c.buf.startswith(b'HTTP/1.1 100 '):
-        raise Fail('expected 100 Continue first, got %r' % c.buf[:60])
+    c.wait_continue(t)
     c.send(b'hello')
     r = c.resp()
     echoed(r, b'hello')
@@ -872,12 +876,7 @@ def _(t):
     c = Conn(t)
     c.send(req(b'POST /echo HTTP/1.1', b'Host: a', b'Transfer-Encoding: chunked',
                b'Expect: 100-continue'))
-    deadline = time.monotonic() + t.read_timeout
-    while b'\r\n\r\n' not in c.buf:
-        if not c._fill(deadline):
-            raise Fail('closed before 100 Continue')
-    if not c.buf.startswith(b'HTTP/1.1 100 '):
-        raise Fail('expected 100 Continue first, got %r' % c.buf[:60])
+    c.wait_continue(t)
     c.send(chunked(b'chunk', b'ed'))
     echoed(c.resp(), b'chunked')
 
@@ -899,12 +898,7 @@ def _(t):
     # RFC 9110 §10.1.1: the expectation is case-insensitive.
     c = Conn(t)
     c.send(req(b'POST /echo HTTP/1.1', b'Host: a', b'Content-Length: 5', b'Expect: 100-Continue'))
-    deadline = time.monotonic() + t.read_timeout
-    while b'\r\n\r\n' not in c.buf:
-        if not c._fill(deadline):
-            raise Fail('closed before 100 Continue')
-    if not c.buf.startswith(b'HTTP/1.1 100 '):
-        raise Fail('expected 100 Continue first, got %r' % c.buf[:60])
+    c.wait_continue(t)
     c.send(b'hello')
     echoed(c.resp(), b'hello')
 
@@ -939,10 +933,7 @@ def _(t):
     # reads on (then the client sends it, or a 100 came and it does).
     c = Conn(t)
     c.send(req(b'POST /nope HTTP/1.1', b'Host: a', b'Content-Length: 5', b'Expect: 100-continue'))
-    deadline = time.monotonic() + t.read_timeout
-    while b'\r\n\r\n' not in c.buf:
-        if not c._fill(deadline):
-            raise Fail('closed without an answer')
+    c.wait_head(t.read_timeout, 'closed without an answer')
     if c.buf.startswith(b'HTTP/1.1 100 '):
         c.send(b'hello')
         r = c.resp()

@@ -1273,8 +1273,9 @@ fresh_job (gpointer data)
   stamp_add (f->ctx, &f->job, 10000);
 }
 
+/* A timeout or idle handler that stalls (see stall_job()). */
 static gboolean
-stall_timeout (gpointer data)
+stall_source (gpointer data)
 {
   stall_job (data);
   return G_SOURCE_REMOVE;
@@ -1294,15 +1295,8 @@ static void
 add_pair_job (gpointer data)
 {
   Fresh *f = data;
-  g_assert_cmpuint (weft_context_add_timeout (f->ctx, 5, stall_timeout, f, NULL), >, 0);
+  g_assert_cmpuint (weft_context_add_timeout (f->ctx, 5, stall_source, f, NULL), >, 0);
   g_assert_cmpuint (weft_context_add_timeout (f->ctx, 5, fresh_timeout, f, NULL), >, 0);
-}
-
-static gboolean
-stall_idle (gpointer data)
-{
-  stall_job (data);
-  return G_SOURCE_REMOVE;
 }
 
 static gboolean
@@ -1318,7 +1312,7 @@ static void
 add_idles_job (gpointer data)
 {
   Fresh *f = data;
-  g_assert_cmpuint (weft_context_add_idle (f->ctx, stall_idle, f, NULL), >, 0);
+  g_assert_cmpuint (weft_context_add_idle (f->ctx, stall_source, f, NULL), >, 0);
   g_assert_cmpuint (weft_context_add_idle (f->ctx, fresh_idle, f, NULL), >, 0);
 }
 

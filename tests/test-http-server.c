@@ -422,6 +422,18 @@ test_chunked_body (void)
   srv_stop (&s);
 }
 
+/* Reads @fd to its end: one 200 whose body is the echoed "hello". */
+static void
+expect_hello_echo (int fd, const char *what)
+{
+  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((char *) got->data, "HTTP/1.1 200 OK\r\n") ||
+      !g_str_has_suffix ((char *) got->data, "\r\n\r\nhello"))
+    g_error ("%s:\n%s", what, (char *) got->data);
+  g_byte_array_unref (got);
+}
+
 static void
 test_expect_continue (void)
 {
@@ -434,12 +446,7 @@ test_expect_continue (void)
   wt_recv_exactly (fd, cont, sizeof cont);
   g_assert_cmpmem (cont, sizeof cont, "HTTP/1.1 100 Continue\r\n\r\n", 25);
   wt_send_str (fd, "hello");
-  GByteArray *rest = wt_recv_to_eof (fd, FALSE, NULL);
-  g_byte_array_append (rest, (const guint8 *) "", 1);
-  if (!g_str_has_prefix ((char *) rest->data, "HTTP/1.1 200 OK\r\n") ||
-      !g_str_has_suffix ((char *) rest->data, "\r\n\r\nhello"))
-    g_error ("after 100-continue:\n%s", (char *) rest->data);
-  g_byte_array_unref (rest);
+  expect_hello_echo (fd, "after 100-continue");
   close (fd);
   srv_stop (&s);
 }
@@ -456,12 +463,7 @@ test_expect_continue_http10 (void)
   wt_send_str (fd, "PUT /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
   g_usleep (100 * 1000);
   wt_send_str (fd, "hello");
-  GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
-  g_byte_array_append (got, (const guint8 *) "", 1);
-  if (!g_str_has_prefix ((char *) got->data, "HTTP/1.1 200 OK\r\n") ||
-      !g_str_has_suffix ((char *) got->data, "\r\n\r\nhello"))
-    g_error ("HTTP/1.0 with Expect: 100-continue:\n%s", (char *) got->data);
-  g_byte_array_unref (got);
+  expect_hello_echo (fd, "HTTP/1.0 with Expect: 100-continue");
   close (fd);
   srv_stop (&s);
 }
