@@ -298,6 +298,11 @@ void weft__main_queue_unref (WeftMainQueue *queue);
 /* Allocates the next id and records @source; HOLDS: lock. Returns 0 if the
  * context is closed. */
 guint weft__context_add_source_unlocked (WeftContext *self, WeftSource *source);
+/* weft_context_add_timeout() counting from a clock reading of its own, not
+ * from the running callback's (a coroutine's timed wait counts from its
+ * call). */
+guint weft__context_add_timeout_from_now (WeftContext *self, guint interval_ms, GSourceFunc func,
+                                          gpointer user_data, GDestroyNotify notify);
 void weft__context_drop_idmap_unlocked (WeftContext *self, WeftSource *source);
 void weft__source_call_notify (WeftSource *source);
 

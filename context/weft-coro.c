@@ -713,18 +713,15 @@ weft__coro_wait (WeftCoro *c, gint timeout_ms)
    * the context's end; none if a wake is already on its way (its resume
    * job tells of that). */
   if (atomic_load (&c->state) == ST_WAITING)
-    {
-      /* A wait counts from this call, not from the callback's first
-       * timeout add (weft_context_add_timeout()): coroutines started
-       * inside one long callback (pipelined HTTP handlers) each sleep
-       * their full time. The fresh reading serves the callback's later
-       * adds, and is no older than its start. */
-      if (timeout_ms >= 0 && weft__cb_time_get () != WEFT_CB_TIME_OFF)
-        weft__cb_time_set (WEFT_CB_TIME_UNSET);
-      c->timer = weft_context_add_timeout (c->ctx,
-                                         timeout_ms >= 0 ? (guint) timeout_ms : FAR_AWAY_MS,
-                                         timeout_cb, weft_coro_ref (c), timeout_notify);
-    }
+    /* A timed wait counts from this call, not from the callback's first
+     * timeout add (weft_context_add_timeout()): coroutines started inside
+     * one long callback (pipelined HTTP handlers) each wait their full
+     * time. */
+    c->timer = timeout_ms >= 0
+                 ? weft__context_add_timeout_from_now (c->ctx, (guint) timeout_ms, timeout_cb,
+                                                       weft_coro_ref (c), timeout_notify)
+                 : weft_context_add_timeout (c->ctx, FAR_AWAY_MS, timeout_cb, weft_coro_ref (c),
+                                             timeout_notify);
   if (c->timer == 0 && atomic_load (&c->state) == ST_WAITING && weft_context_is_destroyed (c->ctx))
     c->orphan = TRUE; /* nothing could bring it back: run() abandons it */
   switch_out (c, FALSE);

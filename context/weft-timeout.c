@@ -31,7 +31,8 @@ weft__timeouts_dispatch (WeftContext *ctx)
   guint budget = WEFT_TIMEOUT_BUDGET;
   WeftContextSched *sched = atomic_load (&ctx->sched); /* made before the node was queued */
 
-  weft__mutex_lock (weft__context_lock (ctx));
+  WeftMutex *lock = weft__context_lock (ctx);
+  weft__mutex_lock (lock);
   for (;;)
     {
       WeftHeapEntry *top = weft__heap_peek (&sched->timers);
@@ -46,20 +47,20 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__context_internal_ref (ctx); /* held by the queued node */
               weft__context_push (ctx, &sched->timers_node, FALSE, NULL);
             }
-          weft__mutex_unlock (weft__context_lock (ctx));
+          weft__mutex_unlock (lock);
           return;
         }
       WeftTimeoutSource *t = top->item;
       gint64 deadline = top->deadline;
       weft__heap_remove (&sched->timers, 0);
       t->base.running = TRUE;
-      weft__mutex_unlock (weft__context_lock (ctx));
+      weft__mutex_unlock (lock);
 
       weft__worker_count_timer ();
       weft__cb_time_set (WEFT_CB_TIME_UNSET); /* each timeout is a callback of its own */
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
-      weft__mutex_lock (weft__context_lock (ctx));
+      weft__mutex_lock (lock);
       t->base.running = FALSE;
       if (!t->base.removed && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
@@ -72,9 +73,9 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__cache_free (WEFT_CACHE_TIMEOUT, t);
               continue;
             }
-          weft__mutex_unlock (weft__context_lock (ctx));
+          weft__mutex_unlock (lock);
           weft__source_finalize (&t->base);
-          weft__mutex_lock (weft__context_lock (ctx));
+          weft__mutex_lock (lock);
           continue;
         }
       /* Repeat one interval after the previous deadline, so the period does
@@ -88,12 +89,12 @@ weft__timeouts_dispatch (WeftContext *ctx)
   WeftHeapEntry *top = weft__heap_peek (&sched->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
-  weft__mutex_unlock (weft__context_lock (ctx));
+  weft__mutex_unlock (lock);
 }
 
 static guint
-add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer user_data,
-                GDestroyNotify notify)
+add_timeout_ns (WeftContext *self, gint64 base, gint64 interval, GSourceFunc func,
+                gpointer user_data, GDestroyNotify notify)
 {
   WeftTimeoutSource *t = weft__cache_alloc (WEFT_CACHE_TIMEOUT);
   t->base.kind = WEFT_SOURCE_TIMEOUT;
@@ -104,13 +105,14 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   t->base.notify = notify;
   t->interval = interval;
   t->base.heap_index = WEFT_HEAP_NONE;
-  gint64 deadline = weft__timeout_base_ns () + interval;
+  gint64 deadline = base + interval;
 
-  weft__mutex_lock (weft__context_lock (self));
+  WeftMutex *lock = weft__context_lock (self);
+  weft__mutex_lock (lock);
   guint id = weft__context_add_source_unlocked (self, &t->base);
   if (G_UNLIKELY (id == 0))
     {
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__mutex_unlock (lock);
       if (notify != NULL)
         notify (user_data);
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
@@ -119,7 +121,7 @@ add_timeout_ns (WeftContext *self, gint64 interval, GSourceFunc func, gpointer u
   weft__heap_insert (&weft__context_sched_unlocked (self)->timers, deadline, t);
   if (t->base.heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, deadline);
-  weft__mutex_unlock (weft__context_lock (self));
+  weft__mutex_unlock (lock);
   return id;
 }
 
@@ -161,7 +163,8 @@ weft_context_add_timeout (WeftContext *self, guint interval_ms, GSourceFunc func
 {
   g_return_val_if_fail (self != NULL, 0);
   g_return_val_if_fail (func != NULL, 0);
-  return add_timeout_ns (self, (gint64) interval_ms * 1000000, func, user_data, notify);
+  return add_timeout_ns (self, weft__timeout_base_ns (), (gint64) interval_ms * 1000000, func,
+                         user_data, notify);
 }
 
 /**
@@ -187,5 +190,14 @@ weft_context_add_timeout_us (WeftContext *self, guint64 interval_us, GSourceFunc
   g_return_val_if_fail (self != NULL, 0);
   g_return_val_if_fail (func != NULL, 0);
   g_return_val_if_fail (interval_us <= G_MAXINT64 / 4000, 0);
-  return add_timeout_ns (self, (gint64) interval_us * 1000, func, user_data, notify);
+  return add_timeout_ns (self, weft__timeout_base_ns (), (gint64) interval_us * 1000, func,
+                         user_data, notify);
+}
+
+guint
+weft__context_add_timeout_from_now (WeftContext *self, guint interval_ms, GSourceFunc func,
+                                    gpointer user_data, GDestroyNotify notify)
+{
+  return add_timeout_ns (self, weft__now_ns (), (gint64) interval_ms * 1000000, func, user_data,
+                         notify);
 }

@@ -48,7 +48,6 @@ weft__worker_count_timer (void)
     }
 }
 
-#define runq_nonempty weft__engine_runq_nonempty
 
 /* Takes the next runnable, one per hold of the pop lock: a worker never
  * keeps runnables aside, since one it kept while running a long callback
@@ -140,7 +139,7 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
       /* This worker is about to be busy with @local: if it consumed the wake
        * (or other runnables were queued while a wake was pending), pass the
        * baton before running it. */
-      if (atomic_load (&e->n_sleeping) > 0 && runq_nonempty (e))
+      if (atomic_load (&e->n_sleeping) > 0 && weft__engine_runq_nonempty (e))
         weft__engine_wake (e);
       weft__context_run (local);
     }
@@ -179,7 +178,7 @@ turn (WeftWorker *w, gboolean may_block)
            * sleeper count is read first: it changes rarely, while the
            * queue heads change with every post. */
           if (atomic_load_explicit (&e->n_sleeping, memory_order_relaxed) > 0 &&
-              runq_nonempty (e))
+              weft__engine_runq_nonempty (e))
             weft__engine_wake (e);
           run_node (w, n);
           return TRUE;
@@ -195,7 +194,7 @@ turn (WeftWorker *w, gboolean may_block)
       /* Announce the sleep, then look once more: a poster pushes and
        * then reads n_sleeping, so one of the two sees the other. */
       atomic_fetch_add (&e->n_sleeping, 1);
-      if (runq_nonempty (e) || atomic_load (&e->stopping))
+      if (weft__engine_runq_nonempty (e) || atomic_load (&e->stopping))
         {
           atomic_fetch_sub (&e->n_sleeping, 1);
           weft__cpu_relax ();
@@ -239,7 +238,7 @@ weft__worker_prepare_sleep (WeftWorker *w)
    * poller may prepare several times per sleep. The Dekker pairing is the
    * one of turn(): we store, then look; a poster pushes, then looks. */
   atomic_store (&e->n_sleeping, 1);
-  if (runq_nonempty (e))
+  if (weft__engine_runq_nonempty (e))
     {
       atomic_store (&e->n_sleeping, 0);
       return FALSE;
