@@ -576,12 +576,15 @@ weft_context_destroy (WeftContext *self)
 static void
 close_context (WeftContext *self)
 {
+  /* The runner's copy, set first: whoever sees CLOSED in the state word
+   * (weft_context_is_destroyed()) and then lets a callback return knows
+   * the runner drops the next node. Set after it, a runner could read
+   * the copy still clear while a destroy was under way and run a node
+   * queued behind the callback (/context/destroy-while-running, TSan). */
+  atomic_store (&self->closed, TRUE);
   guint old = atomic_fetch_or (&self->state, WEFT_CTX_CLOSED);
   if (old & WEFT_CTX_CLOSED)
     return;
-  /* The runner's copy: a callback that closes its own context sees it
-   * before the next node, as it saw the state word. */
-  atomic_store (&self->closed, TRUE);
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
