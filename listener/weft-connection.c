@@ -1328,6 +1328,12 @@ weft_connection_get_write_queued (WeftConnection *self)
  * Sets the write queue's water marks, the connection's backpressure. If
  * the queue is already above the new @high, the connection is blocked at
  * once. Call it on the connection's context.
+ *
+ * Pausing reads protects a server from a peer that does not read. Two
+ * peers that both pause deadlock once the kernel buffers between them
+ * fill; a connection that must go on reading while it writes (a client
+ * streaming a large upload to an echoing server) sets @high above what it
+ * queues, for example %G_MAXSIZE.
  */
 void
 weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize low)

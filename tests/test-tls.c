@@ -10,6 +10,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 typedef struct {
   gchar *dir;
@@ -354,6 +355,38 @@ test_python_echo (void)
 
 /* ---- /tls/weft-client -------------------------------------------------- */
 
+static void
+small_socket_buffers (WeftConnection *conn)
+{
+  int fd = weft_connection_get_fd (conn);
+  int size = 64 * 1024;
+  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size), ==, 0);
+  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size), ==, 0);
+}
+
+/* Writes echoed while the server's write queue was above its high water
+ * mark, that is while the server had stopped reading. */
+static atomic_int echo_blocked_writes;
+
+static gsize
+echo_count_blocked (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  weft_connection_write (conn, data, len);
+  if (weft_connection_is_write_blocked (conn))
+    atomic_fetch_add (&echo_blocked_writes, 1);
+  return len;
+}
+
+/* An echo server with small socket buffers and water marks, so that a
+ * large echo crosses them many times. */
+static void
+echo_small_setup (WeftConnection *conn, gpointer test_data)
+{
+  small_socket_buffers (conn);
+  weft_connection_set_write_watermarks (conn, 256 * 1024, 64 * 1024);
+  weft_connection_start_reading (conn, echo_count_blocked, NULL, NULL);
+}
+
 typedef struct {
   WeftTlsConfig *config;
   GByteArray *want;
@@ -390,6 +423,14 @@ client_connected (WeftConnection *conn, const GError *error, gpointer user_data)
   c->alpn = g_strdup (weft_connection_get_alpn_protocol (conn));
   if (c->want != NULL)
     {
+      /* Small kernel buffers make the two ends' flow control decide the
+       * outcome instead of TCP autotuning. The client queues its whole
+       * payload at once and must go on reading meanwhile: with the default
+       * high water mark it would stop reading while the echo server, its
+       * own queue full, stops reading too, a deadlock once the buffers in
+       * between fill (seen once in CI with the default buffers). */
+      small_socket_buffers (conn);
+      weft_connection_set_write_watermarks (conn, G_MAXSIZE, G_MAXSIZE);
       weft_connection_start_reading (conn, client_read, c, NULL);
       weft_connection_write (conn, c->want->data, c->want->len);
     }
@@ -445,19 +486,22 @@ weft_client (WeftEngine *engine, const char *host, guint16 port, gsize echo_len,
 }
 
 /* Weft's client to Weft's server: 8 MiB in one write (partial TLS writes,
- * the write queue and the watermarks all take part), echoed back intact;
- * ALPN agreed on both sides. */
+ * the write queue and the server's watermarks all take part), echoed back
+ * intact; ALPN agreed on both sides. */
 static void
 test_weft_client (void)
 {
   WeftTlsConfig *config = server_config (certs.localhost);
   WtServer srv;
-  tls_server_start (&srv, config, wt_echo_setup, NULL);
+  tls_server_start (&srv, config, echo_small_setup, NULL);
+  atomic_store (&echo_blocked_writes, 0);
   gchar *alpn = NULL;
   gchar *error = weft_client (srv.engine, "localhost", srv.port, 8 << 20, &alpn);
   g_assert_cmpstr (error, ==, NULL);
   g_assert_cmpstr (alpn, ==, "http/1.1");
   g_free (alpn);
+  /* The server stopped reading at its high water mark and resumed. */
+  g_assert_cmpint (atomic_load (&echo_blocked_writes), >, 0);
   /* By address: checked against the certificate's IP entry. */
   error = weft_client (srv.engine, "127.0.0.1", srv.port, 1000, NULL);
   g_assert_cmpstr (error, ==, NULL);
