@@ -462,6 +462,48 @@ test_head_too_long (void)
   g_string_free (s, TRUE);
 }
 
+/* A head of exactly max_head bytes (final CRLF included) parses; one byte
+ * more is 431, at whichever length the bytes arrive. */
+static void
+test_head_at_limit (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  limits.max_head = 200;
+  for (gsize extra = 0; extra <= 1; extra++)
+    {
+      GString *s = g_string_new ("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: ");
+      while (s->len < limits.max_head + extra - 4)
+        g_string_append_c (s, 'p');
+      g_string_append (s, "\r\n\r\n");
+      g_assert_cmpuint (s->len, ==, limits.max_head + extra);
+      WeftHttpHeader headers[MAX_HEADERS];
+      WeftHttpHead req;
+      guint status = 0;
+      gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, MAX_HEADERS,
+                                          &status);
+      if (extra == 0)
+        {
+          g_assert_cmpint (r, ==, (gssize) limits.max_head);
+          g_assert_cmpuint (req.n_headers, ==, 2);
+        }
+      else
+        {
+          g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+          g_assert_cmpuint (status, ==, 431);
+          for (gsize n = limits.max_head; n < s->len; n++)
+            {
+              status = 0;
+              r = weft_http_parse_request (s->str, n, &limits, &req, headers, MAX_HEADERS,
+                                           &status);
+              g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+              g_assert_cmpuint (status, ==, 431);
+            }
+        }
+      g_string_free (s, TRUE);
+    }
+}
+
 /* An error past the head limit is 431 however the bytes arrive: the parser
  * does not look beyond the limit (found by the fuzz target). */
 static void
@@ -691,6 +733,7 @@ main (int argc, char **argv)
     }
   g_test_add_func ("/http-parser/limit/target-414", test_target_too_long);
   g_test_add_func ("/http-parser/limit/head-431", test_head_too_long);
+  g_test_add_func ("/http-parser/limit/head-at-limit", test_head_at_limit);
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
   g_test_add_func ("/http-parser/get-header", test_get_header);
