@@ -3,8 +3,10 @@
 serving DOCS_DIR, fetches the index page, a Markdown file with a range and
 the status page with http.client, the first server-sent event of
 /_weft/events with a raw socket, then stops it with SIGTERM; it must exit
-0 within 10 s."""
-import http.client, json, re, signal, socket, subprocess, sys
+0 within 10 s. A second instance runs with --header-timeout-ms and
+--keepalive-timeout-ms: a stalled head gets a 408, an idle keep-alive
+connection is closed, each no sooner than its flag says."""
+import http.client, json, re, signal, socket, subprocess, sys, time
 
 httpd, docs = sys.argv[1], sys.argv[2]
 p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '2'],
@@ -44,6 +46,41 @@ try:
     s.close()
     # The keep-alive connection stays open: shutdown closes it as idle at
     # once instead of waiting out its 5 s deadline.
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=2) == 0, p.returncode
+finally:
+    if p.poll() is None:
+        p.kill()
+
+# The timeout flags (the old names --header-timeout and --keepalive-timeout
+# are hidden aliases).
+p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '1',
+                      '--header-timeout-ms', '300', '--keepalive-timeout-ms', '600'],
+                     stdout=subprocess.PIPE, text=True)
+try:
+    m = re.search(r'port (\d+)', p.stdout.readline())
+    port = int(m.group(1))
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    t = time.monotonic()
+    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n')
+    got = b''
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    waited = time.monotonic() - t
+    assert got.startswith(b'HTTP/1.1 408 '), got[:100]
+    assert waited >= 0.25, waited
+    s.close()
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+    c.request('GET', '/architecture.md', headers={'Range': 'bytes=0-5'})
+    r = c.getresponse()
+    assert r.status == 206 and r.read() == b'# Weft', r.status
+    t = time.monotonic()
+    assert c.sock.recv(1) == b''  # closed by the server when idle
+    waited = time.monotonic() - t
+    assert waited >= 0.5, waited
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=2) == 0, p.returncode
     print('ok')

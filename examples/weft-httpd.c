@@ -3,8 +3,8 @@
  *
  * Usage: weft-httpd [--listen ADDR] [--root DIR] [--workers N]
  *                   [--cert FILE --key FILE] [--max-body BYTES]
- *                   [--max-connections N] [--header-timeout MS]
- *                   [--keepalive-timeout MS] [--access-log FILE|-]
+ *                   [--max-connections N] [--header-timeout-ms MS]
+ *                   [--keepalive-timeout-ms MS] [--access-log FILE|-]
  * Defaults: 127.0.0.1:8080, docs, one worker per CPU. With --cert and
  * --key the server speaks HTTPS (ALPN http/1.1). GET /_weft/status answers
  * the engine's and the server's counters as JSON (weft_http_server_get_
@@ -100,10 +100,13 @@ main (int argc, char **argv)
     { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body, "Largest request body (8 MiB)", "BYTES" },
     { "max-connections", 'm', 0, G_OPTION_ARG_INT, &max_conns,
       "Pause accepting at this many connections (16384)", "N" },
-    { "header-timeout", 0, 0, G_OPTION_ARG_INT, &header_timeout,
+    { "header-timeout-ms", 0, 0, G_OPTION_ARG_INT, &header_timeout,
       "Time a request head may take, 0 for none (20000)", "MS" },
-    { "keepalive-timeout", 0, 0, G_OPTION_ARG_INT, &keepalive,
+    { "keepalive-timeout-ms", 0, 0, G_OPTION_ARG_INT, &keepalive,
       "Time an idle connection is kept, 0 for ever (30000)", "MS" },
+    /* The names before they matched bench-server's. */
+    { "header-timeout", 0, G_OPTION_FLAG_HIDDEN, G_OPTION_ARG_INT, &header_timeout, NULL, "MS" },
+    { "keepalive-timeout", 0, G_OPTION_FLAG_HIDDEN, G_OPTION_ARG_INT, &keepalive, NULL, "MS" },
     { "access-log", 0, 0, G_OPTION_ARG_FILENAME, &access_log,
       "Log each request to FILE (- for standard error)", "FILE" },
     { NULL }
