@@ -698,11 +698,7 @@ post (WeftContext *self, WeftJobFunc func, gpointer user_data, GDestroyNotify no
       flags |= WEFT_JOB_COUNTED;
     }
 
-  WeftJob *job = weft__job_alloc ();
-  job->node.flags = flags;
-  job->func = func;
-  job->user_data = user_data;
-  job->notify = notify;
+  WeftJob *job = weft__job_new (func, user_data, notify, flags);
   weft__context_push (self, &job->node, front, NULL);
   return TRUE;
 }

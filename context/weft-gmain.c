@@ -719,10 +719,7 @@ weft_main_context_post (GMainContext *main_context, WeftJobFunc func, gpointer u
         notify (user_data);
       return FALSE;
     }
-  WeftJob *job = weft__job_alloc ();
-  job->func = func;
-  job->user_data = user_data;
-  job->notify = notify;
+  WeftJob *job = weft__job_new (func, user_data, notify, 0);
   queue_push (q, &job->node);
   return TRUE;
 }

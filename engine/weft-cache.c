@@ -1,7 +1,8 @@
 /* weft-cache.c: fixed-size objects without malloc on the hot path: posted
  * jobs, and timeout sources.
  *
- * Each thread keeps a free list per size class. A thread that frees more
+ * Each thread keeps a free list per size class (jobs without a notify,
+ * jobs with one, timeouts). A thread that frees more
  * than it allocates (a worker running jobs) hands magazines of MAG objects
  * to the class's depot; a thread that allocates more than it frees (a
  * producer) takes them back. The depot lock is taken once per MAG
@@ -31,6 +32,7 @@
 
 static const gsize class_size[WEFT_CACHE_N] = {
   [WEFT_CACHE_JOB] = sizeof (WeftJob),
+  [WEFT_CACHE_JOB_NOTIFY] = sizeof (WeftJobNotify),
   [WEFT_CACHE_TIMEOUT] = sizeof (WeftTimeoutSource),
 };
 
@@ -69,6 +71,7 @@ typedef struct {
 
 static Depot depots[WEFT_CACHE_N] = {
   [WEFT_CACHE_JOB] = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, NULL, 0, 1 },
+  [WEFT_CACHE_JOB_NOTIFY] = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, NULL, 0, 1 },
   [WEFT_CACHE_TIMEOUT] = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, NULL, 0, 1 },
 };
 
@@ -86,6 +89,7 @@ check_valgrind (void)
 
 static void cache_release (gpointer data);
 static GPrivate cache_keys[WEFT_CACHE_N] = {
+  G_PRIVATE_INIT (cache_release),
   G_PRIVATE_INIT (cache_release),
   G_PRIVATE_INIT (cache_release),
 };
@@ -239,18 +243,30 @@ weft__cache_free (WeftCacheKind kind, gpointer object)
 #endif
 
 WeftJob *
-weft__job_alloc (void)
+weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify, guint32 flags)
 {
-  WeftJob *j = weft__cache_alloc (WEFT_CACHE_JOB);
+  WeftJob *j;
+  if (notify != NULL)
+    {
+      WeftJobNotify *jn = weft__cache_alloc (WEFT_CACHE_JOB_NOTIFY);
+      jn->notify = notify;
+      j = &jn->job;
+      flags |= WEFT_JOB_NOTIFY;
+    }
+  else
+    j = weft__cache_alloc (WEFT_CACHE_JOB);
   j->node.kind = WEFT_NODE_JOB;
-  j->node.flags = 0;
+  j->node.flags = flags;
+  j->func = func;
+  j->user_data = user_data;
   return j;
 }
 
 void
 weft__job_free (WeftJob *job)
 {
-  weft__cache_free (WEFT_CACHE_JOB, job);
+  weft__cache_free (job->node.flags & WEFT_JOB_NOTIFY ? WEFT_CACHE_JOB_NOTIFY : WEFT_CACHE_JOB,
+                    job);
 }
 
 void
@@ -258,7 +274,8 @@ weft__job_finish (WeftJob *job, gboolean run)
 {
   WeftJobFunc func = job->func;
   gpointer data = job->user_data;
-  GDestroyNotify notify = job->notify;
+  GDestroyNotify notify =
+      job->node.flags & WEFT_JOB_NOTIFY ? ((WeftJobNotify *) job)->notify : NULL;
 
   weft__job_free (job);
   if (run)

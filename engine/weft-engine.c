@@ -575,10 +575,7 @@ post (WeftEngine *self, WeftJobFunc func, gpointer user_data, GDestroyNotify not
         notify (user_data);
       return FALSE;
     }
-  WeftJob *job = weft__job_alloc ();
-  job->func = func;
-  job->user_data = user_data;
-  job->notify = notify;
+  WeftJob *job = weft__job_new (func, user_data, notify, 0);
   weft__engine_enqueue (self, &job->node, urgent);
   return TRUE;
 }

@@ -541,14 +541,19 @@ test_jobcache_cross_thread (void)
       GHashTable *seen = g_hash_table_new (g_direct_hash, g_direct_equal);
       for (guint i = 0; i < 3000; i++)
         {
-          WeftJob *j = weft__job_alloc ();
+          /* Every other one with a notify: the two job caches. */
+          WeftJob *j = weft__job_new (NULL, NULL, i % 2 ? (GDestroyNotify) g_free : NULL, 0);
           g_assert_false (g_hash_table_contains (seen, j));
           g_hash_table_add (seen, j);
           j->user_data = GUINT_TO_POINTER (i);
           g_ptr_array_add (jobs, j);
         }
       for (guint i = 0; i < jobs->len; i++)
-        g_assert_cmpuint (GPOINTER_TO_UINT (((WeftJob *) jobs->pdata[i])->user_data), ==, i);
+        {
+          WeftJob *j = jobs->pdata[i];
+          g_assert_cmpuint (GPOINTER_TO_UINT (j->user_data), ==, i);
+          g_assert_cmpuint (!!(j->node.flags & WEFT_JOB_NOTIFY), ==, i % 2);
+        }
       g_thread_join (g_thread_new ("freer", free_jobs, jobs));
       g_ptr_array_unref (jobs);
       g_hash_table_unref (seen);
