@@ -377,13 +377,15 @@ echo_count_blocked (WeftConnection *conn, const guint8 *data, gsize len, gpointe
   return len;
 }
 
-/* An echo server with small socket buffers and water marks, so that a
- * large echo crosses them many times. */
+/* An echo server with small socket buffers and a high water mark below a
+ * TLS record (16 KiB): a full record's echo, queued inside the read
+ * callback, crosses it whatever the speed of either side, so every such
+ * read pauses reading until the queue drains. */
 static void
 echo_small_setup (WeftConnection *conn, gpointer test_data)
 {
   small_socket_buffers (conn);
-  weft_connection_set_write_watermarks (conn, 256 * 1024, 64 * 1024);
+  weft_connection_set_write_watermarks (conn, 4 * 1024, 1024);
   weft_connection_start_reading (conn, echo_count_blocked, NULL, NULL);
 }
 
