@@ -87,13 +87,64 @@ on_context (HttpConn *hc)
   return weft_context_get_current () == weft_http_conn_ctx (hc);
 }
 
+/* Room kept for a small answer's head (and body) in the request's
+ * allocation: at least a hello answer's buffer as build_response() sizes it. */
+#define RESP_SPARE 256
+/* The size of a one-allocation request: glibc's thread cache takes
+ * chunks up to 1032 bytes (above, a malloc and a free take the arena's
+ * slower path). All the same size, so that a thread can keep one. */
+#define ONE_ALLOC 1000
+
+/* A thread's last freed one-allocation request, for its next: every
+ * request takes one and frees it, and this skips the allocator's malloc
+ * and free and reuses lines that are still in cache. Freed when the
+ * thread exits. */
+static void spare_block_free (gpointer unused);
+static GPrivate spare_block_key = G_PRIVATE_INIT (spare_block_free);
+static _Thread_local WEFT_TLS_IE gpointer spare_block;
+static _Thread_local WEFT_TLS_IE gboolean spare_block_registered;
+
+static void
+spare_block_free (gpointer unused)
+{
+  g_free (spare_block);
+  spare_block = NULL;
+}
+
+static void
+request_free (WeftHttpRequest *req)
+{
+  if (req->resp_spare == NULL || spare_block != NULL)
+    {
+      g_free (req);
+      return;
+    }
+  if (G_UNLIKELY (!spare_block_registered))
+    {
+      /* Any non-NULL value: the notify frees the thread's spare. */
+      spare_block_registered = TRUE;
+      g_private_set (&spare_block_key, GINT_TO_POINTER (1));
+    }
+  spare_block = req;
+}
+
+/* @one_alloc: ONE_ALLOC bytes, the request first; else the request alone. */
 static WeftHttpRequest *
-request_alloc (HttpConn *hc, gsize extra)
+request_alloc (HttpConn *hc, gboolean one_alloc)
 {
   /* malloc and memset, not calloc: glibc's calloc skips the thread
    * cache (its arena path and lock, once per request), and the requests
    * it freed then overflowed the cache's bin on the free side too. */
-  WeftHttpRequest *req = g_malloc (sizeof *req + extra);
+  WeftHttpRequest *req;
+  if (!one_alloc)
+    req = g_malloc (sizeof *req);
+  else if (spare_block != NULL)
+    {
+      req = spare_block;
+      spare_block = NULL;
+    }
+  else
+    req = g_malloc (ONE_ALLOC);
   memset (req, 0, sizeof *req);
   req->ref_count = 1;
   req->hc = weft_http_conn_ref (hc);
@@ -106,15 +157,8 @@ request_alloc (HttpConn *hc, gsize extra)
 WeftHttpRequest *
 weft_http_request_new (HttpConn *hc)
 {
-  return request_alloc (hc, 0);
+  return request_alloc (hc, FALSE);
 }
-
-/* Room kept for a small answer's head (and body) in the request's
- * allocation: a hello answer's buffer as build_response() sizes it. */
-#define RESP_SPARE 256
-/* glibc's thread cache takes chunks up to 1032 bytes: above, a malloc
- * and a free take the arena's slower path. */
-#define ONE_ALLOC_MAX 1000
 
 /* A request for a head of @head_len bytes with @n_headers fields: the
  * header slices and the head's bytes (req->headers, req->head, set here)
@@ -127,18 +171,18 @@ weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len)
 {
   gsize block = n_headers * sizeof (WeftHttpHeader) + head_len + 1;
   G_STATIC_ASSERT (sizeof (WeftHttpRequest) % sizeof (gpointer) == 0);
-  if (sizeof (WeftHttpRequest) + block + RESP_SPARE > ONE_ALLOC_MAX)
+  if (sizeof (WeftHttpRequest) + block + RESP_SPARE > ONE_ALLOC)
     {
-      WeftHttpRequest *req = request_alloc (hc, 0);
+      WeftHttpRequest *req = request_alloc (hc, FALSE);
       req->headers = g_malloc (block);
       req->head = (char *) (req->headers + n_headers);
       return req;
     }
-  WeftHttpRequest *req = request_alloc (hc, block + RESP_SPARE);
+  WeftHttpRequest *req = request_alloc (hc, TRUE);
   req->headers = (WeftHttpHeader *) (req + 1);
   req->head = (char *) (req->headers + n_headers);
   req->resp_spare = req->head + head_len + 1;
-  req->resp_spare_len = RESP_SPARE;
+  req->resp_spare_len = ONE_ALLOC - sizeof *req - block;
   return req;
 }
 
@@ -576,7 +620,7 @@ weft_http_request_unref (WeftHttpRequest *self)
     close (self->resp_fd);
   if (!g_queue_is_empty (&self->stream_q))
     g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
-  g_free (self);
+  request_free (self);
   weft_http_conn_unref (hc);
 }
 
