@@ -109,6 +109,9 @@ spare_block_free (gpointer unused)
 {
   g_free (spare_block);
   spare_block = NULL;
+  /* A later thread-exit notify that frees one registers again (and its
+   * notify runs in the next round). */
+  spare_block_registered = FALSE;
 }
 
 static void

@@ -309,6 +309,9 @@ spare_chunk_free (gpointer unused)
 {
   g_free (spare_chunk);
   spare_chunk = NULL;
+  /* A later thread-exit notify that frees one registers again (and its
+   * notify runs in the next round). */
+  spare_chunk_registered = FALSE;
 }
 
 static Chunk *
