@@ -175,6 +175,9 @@ gint64 weft__timeout_base_ns (void);
 
 #define WEFT_CTX_LOCK_BITS 8
 #define WEFT_RUN_HINT_MAX 1024
+/* Bytes of live contexts (counted by run_hint_bytes) above which a pop
+ * hints the next runnable: about a quarter of a core's L2. */
+#define WEFT_RUN_HINT_MIN_SET (256 * 1024)
 #define WEFT_CTX_LOCK_STRIPES (1u << WEFT_CTX_LOCK_BITS)
 
 /* A mutex on a cache line of its own. */
