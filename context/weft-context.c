@@ -72,6 +72,9 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   weft__idmap_init (&self->ids);
   atomic_fetch_add (&engine->n_contexts, 1);
   weft__mutex_lock (&engine->ctx_lock);
+  gsize bytes = MIN (sizeof (WeftContext) + tail_size, WEFT_RUN_HINT_MAX);
+  if (tail_size > 0 && bytes > atomic_load_explicit (&engine->run_hint_bytes, memory_order_relaxed))
+    atomic_store_explicit (&engine->run_hint_bytes, (guint) bytes, memory_order_relaxed);
   self->reg_next = engine->contexts;
   if (engine->contexts != NULL)
     engine->contexts->reg_prev = self;

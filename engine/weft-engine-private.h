@@ -185,6 +185,10 @@ gint64 weft__timeout_base_ns (void);
 /* ---- the engine ------------------------------------------------------- */
 
 #define WEFT_CTX_LOCK_BITS 8
+#define WEFT_RUN_HINT_MAX 1024
+/* Bytes of live contexts (counted by run_hint_bytes) above which a pop
+ * hints the next runnable: about a quarter of a core's L2. */
+#define WEFT_RUN_HINT_MIN_SET (256 * 1024)
 #define WEFT_CTX_LOCK_STRIPES (1u << WEFT_CTX_LOCK_BITS)
 
 /* A mutex on a cache line of its own. */
@@ -222,6 +226,10 @@ struct _WeftEngine {
   WeftMpsc runq __attribute__ ((aligned (64)));   /* jobs and contexts */
   WeftMpsc urgent __attribute__ ((aligned (64))); /* post_front jobs, urgent contexts */
   atomic_int pop_lock __attribute__ ((aligned (64))); /* the single consumer of both */
+  /* Bytes from a context's start that its callbacks touch: the largest
+   * context allocated with a tail (a connection), at most
+   * WEFT_RUN_HINT_MAX. A pop hints that much of the next runnable. */
+  atomic_uint run_hint_bytes;
 
   atomic_int stopping __attribute__ ((aligned (64))); /* workers must leave their loop */
   atomic_int refusing;      /* soft stop: refuse posts from foreign threads */

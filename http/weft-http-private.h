@@ -81,9 +81,12 @@ struct _WeftHttpRequest {
   gboolean coro_handler_running; /* its coroutine handler has not returned
                                   * (on the connection's context) */
   guint status;
-  char *resp_head;          /* (owned) the head and a small body: a plain
-                             * buffer, no GBytes (two allocations less
-                             * per request) */
+  char *resp_head;          /* (owned unless resp_spare) the head and a
+                             * small body: a plain buffer, no GBytes (two
+                             * allocations less per request) */
+  char *resp_spare;         /* room for a small resp_head at the end of the
+                             * request's own allocation, or NULL */
+  gsize resp_spare_len;
   gsize resp_head_len;
   GBytes *resp_body;
   int resp_fd;              /* a file body (owned), or -1 */
@@ -232,6 +235,7 @@ guint weft__http_server_n_live (WeftHttpServer *self);
 
 /* weft-http-request.c */
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);
+WeftHttpRequest *weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len);
 void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
 void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);

@@ -87,13 +87,67 @@ on_context (HttpConn *hc)
   return weft_context_get_current () == weft_http_conn_ctx (hc);
 }
 
-WeftHttpRequest *
-weft_http_request_new (HttpConn *hc)
+/* Room kept for a small answer's head (and body) in the request's
+ * allocation: at least a hello answer's buffer as build_response() sizes it. */
+#define RESP_SPARE 256
+/* The size of a one-allocation request: glibc's thread cache takes
+ * chunks up to 1032 bytes (above, a malloc and a free take the arena's
+ * slower path). All the same size, so that a thread can keep one. */
+#define ONE_ALLOC 1000
+
+/* A thread's last freed one-allocation request, for its next: every
+ * request takes one and frees it, and this skips the allocator's malloc
+ * and free and reuses lines that are still in cache. Freed when the
+ * thread exits. */
+static void spare_block_free (gpointer unused);
+static GPrivate spare_block_key = G_PRIVATE_INIT (spare_block_free);
+static _Thread_local WEFT_TLS_IE gpointer spare_block;
+static _Thread_local WEFT_TLS_IE gboolean spare_block_registered;
+
+static void
+spare_block_free (gpointer unused)
+{
+  g_free (spare_block);
+  spare_block = NULL;
+  /* A later thread-exit notify that frees one registers again (and its
+   * notify runs in the next round). */
+  spare_block_registered = FALSE;
+}
+
+static void
+request_free (WeftHttpRequest *req)
+{
+  if (req->resp_spare == NULL || spare_block != NULL)
+    {
+      g_free (req);
+      return;
+    }
+  if (G_UNLIKELY (!spare_block_registered))
+    {
+      /* Any non-NULL value: the notify frees the thread's spare. */
+      spare_block_registered = TRUE;
+      g_private_set (&spare_block_key, GINT_TO_POINTER (1));
+    }
+  spare_block = req;
+}
+
+/* @one_alloc: ONE_ALLOC bytes, the request first; else the request alone. */
+static WeftHttpRequest *
+request_alloc (HttpConn *hc, gboolean one_alloc)
 {
   /* malloc and memset, not calloc: glibc's calloc skips the thread
    * cache (its arena path and lock, once per request), and the requests
    * it freed then overflowed the cache's bin on the free side too. */
-  WeftHttpRequest *req = g_malloc (sizeof *req);
+  WeftHttpRequest *req;
+  if (!one_alloc)
+    req = g_malloc (sizeof *req);
+  else if (spare_block != NULL)
+    {
+      req = spare_block;
+      spare_block = NULL;
+    }
+  else
+    req = g_malloc (ONE_ALLOC);
   memset (req, 0, sizeof *req);
   req->ref_count = 1;
   req->hc = weft_http_conn_ref (hc);
@@ -101,6 +155,53 @@ weft_http_request_new (HttpConn *hc)
   req->resp_fd = -1;
   g_queue_init (&req->stream_q);
   return req;
+}
+
+WeftHttpRequest *
+weft_http_request_new (HttpConn *hc)
+{
+  return request_alloc (hc, FALSE);
+}
+
+/* A request for a head of @head_len bytes with @n_headers fields: the
+ * header slices and the head's bytes (req->headers, req->head, set here)
+ * and room for a small answer follow the request in one allocation while
+ * that stays small enough for the allocator's thread cache; per request,
+ * two mallocs and frees fewer, and the lines written are the request's
+ * own. A larger head gets its own block, as before. */
+WeftHttpRequest *
+weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len)
+{
+  gsize block = n_headers * sizeof (WeftHttpHeader) + head_len + 1;
+  G_STATIC_ASSERT (sizeof (WeftHttpRequest) % sizeof (gpointer) == 0);
+  if (sizeof (WeftHttpRequest) + block + RESP_SPARE > ONE_ALLOC)
+    {
+      WeftHttpRequest *req = request_alloc (hc, FALSE);
+      req->headers = g_malloc (block);
+      req->head = (char *) (req->headers + n_headers);
+      return req;
+    }
+  WeftHttpRequest *req = request_alloc (hc, TRUE);
+  req->headers = (WeftHttpHeader *) (req + 1);
+  req->head = (char *) (req->headers + n_headers);
+  req->resp_spare = req->head + head_len + 1;
+  req->resp_spare_len = ONE_ALLOC - sizeof *req - block;
+  return req;
+}
+
+static inline gboolean
+headers_inline (WeftHttpRequest *req)
+{
+  return req->headers == (WeftHttpHeader *) (req + 1);
+}
+
+/* Frees the answer's head buffer unless it is the request's spare room. */
+static inline void
+free_resp_head (WeftHttpRequest *req)
+{
+  if (req->resp_head != req->resp_spare)
+    g_free (req->resp_head);
+  req->resp_head = NULL;
 }
 
 /* Forgets the body reader; returns its notify (and *data) for the caller
@@ -297,7 +398,8 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
   gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + ct_len + 2) + (16 + 20 + 2) + 28 +
               extra_len + 24 + 2 + inline_len;
-  char *buf = g_malloc (cap);
+  /* A response is built once (claim()); the spare room is used at most once. */
+  char *buf = cap <= req->resp_spare_len ? req->resp_spare : g_malloc (cap);
   char *p = buf;
   p = PUT_LIT (p, "HTTP/1.1 ");
   *p++ = (char) ('0' + status / 100);
@@ -459,7 +561,7 @@ weft_http_force_close (WeftHttpRequest *req)
       head_len -= sizeof ka - 1;
     }
   g_string_insert (s, (gssize) head_len - 2, "Connection: close\r\n");
-  g_free (req->resp_head);
+  free_resp_head (req);
   req->resp_head_len = s->len;
   req->resp_head = g_string_free (s, FALSE);
 }
@@ -500,7 +602,8 @@ weft_http_request_unref (WeftHttpRequest *self)
     return;
   HttpConn *hc = self->hc;
   weft_http_stream_release (self);
-  g_free (self->headers); /* with the head's bytes */
+  if (!headers_inline (self))
+    g_free (self->headers); /* with the head's bytes */
   if (self->body != NULL)
     g_bytes_unref (self->body);
   if (self->in_body != NULL)
@@ -513,14 +616,14 @@ weft_http_request_unref (WeftHttpRequest *self)
   GHashTable *q = atomic_load (&self->query_table);
   if (q != NULL)
     g_hash_table_unref (q);
-  g_free (self->resp_head);
+  free_resp_head (self);
   if (self->resp_body != NULL)
     g_bytes_unref (self->resp_body);
   if (self->resp_fd >= 0)
     close (self->resp_fd);
   if (!g_queue_is_empty (&self->stream_q))
     g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
-  g_free (self);
+  request_free (self);
   weft_http_conn_unref (hc);
 }
 

@@ -326,6 +326,8 @@ flush_ready_corked (HttpConn *hc)
                                    req->resp_head_len);
           else
             {
+              /* (Never the request's spare room, which is smaller.) */
+              g_assert (req->resp_head != req->resp_spare);
               GBytes *head = g_bytes_new_take (g_steal_pointer (&req->resp_head),
                                                req->resp_head_len);
               weft_connection_write_bytes (hc->conn, head);
@@ -845,12 +847,11 @@ cut (WeftHttpRequest *req, const char *buf, gsize head_len, WeftHttpSlice s,
 static inline __attribute__ ((always_inline)) WeftHttpRequest *
 take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gint64 now)
 {
-  WeftHttpRequest *req = weft_http_request_new (hc);
-  req->start_us = now;
-  /* One block: the header slices, then the head's bytes. */
+  /* The header slices, then the head's bytes: after the request, or in
+   * a block of their own for a large head. */
   gsize n = head->n_headers;
-  req->headers = g_malloc (n * sizeof (WeftHttpHeader) + head_len + 1);
-  req->head = (char *) (req->headers + n);
+  WeftHttpRequest *req = weft_http_request_new_for_head (hc, n, head_len);
+  req->start_us = now;
   memcpy (req->head, buf, head_len);
   req->head[head_len] = '\0';
   /* Rebase the header slices onto the copy, then cut every slice out in

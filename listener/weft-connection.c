@@ -293,6 +293,40 @@ clear_reader (WeftConnection *self)
     old.notify (old.data);
 }
 
+/* A thread's last freed small copy chunk, for its next one: a reply's
+ * chunk is taken and freed once per request, and this skips the
+ * allocator's free and malloc (about 100 instructions per request) and
+ * reuses a buffer that is still in cache. Freed when the thread exits. */
+#define SMALL_CHUNK_CAP ((gsize) CHUNK_ALLOC - offsetof (Chunk, copy.data))
+static void
+spare_chunk_free (gpointer unused);
+static GPrivate spare_chunk_key = G_PRIVATE_INIT (spare_chunk_free);
+static _Thread_local WEFT_TLS_IE Chunk *spare_chunk;
+static _Thread_local WEFT_TLS_IE gboolean spare_chunk_registered;
+
+static void
+spare_chunk_free (gpointer unused)
+{
+  g_free (spare_chunk);
+  spare_chunk = NULL;
+  /* A later thread-exit notify that frees one registers again (and its
+   * notify runs in the next round). */
+  spare_chunk_registered = FALSE;
+}
+
+static Chunk *
+new_copy_chunk (gsize cap)
+{
+  Chunk *c = spare_chunk;
+  if (cap == SMALL_CHUNK_CAP && c != NULL)
+    spare_chunk = NULL;
+  else
+    c = g_malloc (offsetof (Chunk, copy.data) + cap);
+  c->kind = CHUNK_COPY;
+  c->copy.cap = cap;
+  return c;
+}
+
 static void
 free_chunk (Chunk *c)
 {
@@ -300,6 +334,17 @@ free_chunk (Chunk *c)
     g_bytes_unref (c->bytes);
   else if (c->kind == CHUNK_FILE)
     close (c->file.fd);
+  else if (c->copy.cap == SMALL_CHUNK_CAP && spare_chunk == NULL)
+    {
+      if (G_UNLIKELY (!spare_chunk_registered))
+        {
+          /* Any non-NULL value: the notify frees the thread's spare. */
+          spare_chunk_registered = TRUE;
+          g_private_set (&spare_chunk_key, GINT_TO_POINTER (1));
+        }
+      spare_chunk = c;
+      return;
+    }
   g_free (c);
 }
 
@@ -1185,12 +1230,9 @@ weft_connection_write (WeftConnection *self, const guint8 *data, gsize len)
     }
   else
     {
-      gsize cap = MAX (len, (gsize) CHUNK_ALLOC - offsetof (Chunk, copy.data));
-      Chunk *c = g_malloc (offsetof (Chunk, copy.data) + cap);
-      c->kind = CHUNK_COPY;
+      Chunk *c = new_copy_chunk (MAX (len, SMALL_CHUNK_CAP));
       c->off = 0;
       c->len = len;
-      c->copy.cap = cap;
       memcpy (c->copy.data, data, len);
       append_chunk (self, c);
     }
