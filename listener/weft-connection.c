@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "weft-connection-private.h"
+#include "weft-sanitizers.h"
 
 G_DEFINE_BOXED_TYPE (WeftConnection, weft_connection, weft_connection_ref,
                      weft_connection_unref)
@@ -298,6 +299,11 @@ clear_reader (WeftConnection *self)
  * allocator's free and malloc (about 100 instructions per request) and
  * reuses a buffer that is still in cache. Freed when the thread exits. */
 #define SMALL_CHUNK_CAP ((gsize) CHUNK_ALLOC - offsetof (Chunk, copy.data))
+#ifdef WEFT_ASAN
+static const gboolean keep_spares = FALSE; /* a kept chunk would hide a use after free */
+#else
+static const gboolean keep_spares = TRUE;
+#endif
 static void
 spare_chunk_free (gpointer unused);
 static GPrivate spare_chunk_key = G_PRIVATE_INIT (spare_chunk_free);
@@ -334,7 +340,7 @@ free_chunk (Chunk *c)
     g_bytes_unref (c->bytes);
   else if (c->kind == CHUNK_FILE)
     close (c->file.fd);
-  else if (c->copy.cap == SMALL_CHUNK_CAP && spare_chunk == NULL)
+  else if (keep_spares && c->copy.cap == SMALL_CHUNK_CAP && spare_chunk == NULL)
     {
       if (G_UNLIKELY (!spare_chunk_registered))
         {
