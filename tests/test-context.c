@@ -382,8 +382,7 @@ test_linger_sleeps (void)
       WT_WAIT_UNTIL (atomic_load (&l.done) == posted);
       g_assert_cmpint (atomic_load (&l.done), ==, posted);
 
-      wt_wait_engine_idle (engine);
-      WeftEngineStats before = wt_stats (engine);
+      WeftEngineStats before = wt_wait_engine_settled (engine);
       wt_quiet_window_ms (100);
       WeftEngineStats after = wt_stats (engine);
       g_assert_cmpuint (after.n_sleeping, ==, 2);

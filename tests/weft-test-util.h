@@ -188,6 +188,29 @@ wt_wait_engine_idle (WeftEngine *engine)
   g_assert_cmpuint (wt_stats (engine).n_sleeping, ==, n);
 }
 
+/* Waits until every worker sleeps and no poll returned for 20 ms, and
+ * returns the stats then. Every worker counted asleep is not enough for a
+ * "nothing polls" window: a wake written just before the last worker went
+ * to sleep is still on its way (a cross-CPU wake takes tens of µs, more
+ * under a sanitizer) and makes one poll return after it. */
+static inline WeftEngineStats
+wt_wait_engine_settled (WeftEngine *engine)
+{
+  guint n = weft_engine_get_n_workers (engine);
+  WeftEngineStats prev = wt_stats (engine), s = prev;
+  gint64 deadline = g_get_monotonic_time () + WT_DEADLINE_US;
+  gboolean settled = FALSE;
+  while (!settled && g_get_monotonic_time () < deadline)
+    {
+      g_usleep (20000);
+      s = wt_stats (engine);
+      settled = s.n_sleeping == n && prev.n_sleeping == n && s.polls == prev.polls;
+      prev = s;
+    }
+  g_assert_true (settled);
+  return s;
+}
+
 /* ---- fds --------------------------------------------------------------- */
 
 static inline void
