@@ -27,7 +27,11 @@ typedef struct _HttpConn HttpConn;
 typedef struct _WeftHttpAccessLog WeftHttpAccessLog;
 
 struct _WeftHttpServer {
-  gint ref_count;
+  gint ref_count;            /* the public references; connections hold some */
+  gint core_refs;            /* the memory's: the public side holds one while
+                              * ref_count > 0, the listener's user_data one
+                              * (an accept job queued before the last unref
+                              * may run after it) */
   WeftEngine *engine;
   WeftListener *listener;
   WeftHttpRouter *router;    /* fixed once started: read without a lock */

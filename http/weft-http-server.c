@@ -1265,10 +1265,38 @@ hc_free_notify (gpointer data)
   weft_http_conn_unref (data);
 }
 
+/* A reference unless the last one is gone already. */
+static gboolean
+server_try_ref (WeftHttpServer *self)
+{
+  gint n = g_atomic_int_get (&self->ref_count);
+  while (n > 0)
+    if (__atomic_compare_exchange_n (&self->ref_count, &n, n + 1, TRUE, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+      return TRUE;
+  return FALSE;
+}
+
+static void
+server_core_unref (gpointer data)
+{
+  WeftHttpServer *self = data;
+  if (g_atomic_int_dec_and_test (&self->core_refs))
+    g_free (self);
+}
+
 static void
 on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
 {
   WeftHttpServer *server = user_data;
+  /* The listener's accept jobs and TLS handshakes end after the server's
+   * last reference went (its memory is the listener's until then): the
+   * connection is refused. */
+  if (!server_try_ref (server))
+    {
+      weft_connection_abort (conn);
+      return;
+    }
   /* In the connection's allocation when the listener made room for it. */
   HttpConn *hc = weft__connection_get_data (conn);
   if (hc != NULL)
@@ -1277,7 +1305,7 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
     hc = g_new0 (HttpConn, 1);
   /* Atomic: the sweeps look at it from other threads (embedded_hc()). */
   g_atomic_int_set (&hc->ref_count, 1); /* the event function's */
-  hc->server = weft_http_server_ref (server);
+  hc->server = server; /* the reference taken above */
   hc->conn = weft_connection_ref (conn);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
   if (!hc->embedded)
@@ -1354,13 +1382,14 @@ weft_http_server_new (WeftEngine *engine)
   g_return_val_if_fail (engine != NULL, NULL);
   WeftHttpServer *self = g_new0 (WeftHttpServer, 1);
   self->ref_count = 1;
+  self->core_refs = 2; /* the public side's and the listener's */
   /* Borrowed, like the listener's: connections keep the server alive and
    * may drop it on a worker, where an engine must not die. */
   self->engine = engine;
   self->router = weft_http_router_new ();
   memcpy (self->limit, default_limit, sizeof self->limit);
   self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
-  self->listener = weft_listener_new (engine, on_accept, self, NULL);
+  self->listener = weft_listener_new (engine, on_accept, self, server_core_unref);
   weft__listener_set_connection_data_size (self->listener, sizeof (HttpConn));
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
@@ -1405,7 +1434,7 @@ weft_http_server_unref (WeftHttpServer *self)
     weft_http_access_log_free (self->log);
   g_hash_table_unref (self->live);
   pthread_mutex_destroy (&self->live_lock);
-  g_free (self);
+  server_core_unref (self);
 }
 
 /**
