@@ -90,6 +90,11 @@ static void stop_accepting (WeftListener *self);
  * Creates a listener without sockets. Add them with
  * weft_listener_add_tcp() and friends, then weft_listener_start().
  *
+ * A connection accepted before the listener's last reference is dropped
+ * may still be handed to @func after that (its accept job was queued, or
+ * its TLS handshake ends later): @user_data must stay valid until @notify
+ * runs, not only until weft_listener_unref().
+ *
  * Returns: (transfer full): a new listener
  */
 WeftListener *
