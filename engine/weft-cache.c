@@ -1,5 +1,6 @@
 /* weft-cache.c: fixed-size objects without malloc on the hot path: posted
- * jobs, and timeout sources.
+ * jobs, and timeout sources; and one spare per thread of the HTTP layer's
+ * per-request blocks (weft__spare_take()).
  *
  * Each thread keeps a free list per size class (jobs without a notify,
  * jobs with one, timeouts). A thread that frees more
@@ -13,8 +14,8 @@
  * up to REGION_MAX: a malloc per MAG objects grew the arena by one
  * mprotect() each (0.8 us on our VMs, 3 ns of a timeout's insert).
  * Under AddressSanitizer the cache is bypassed so a use after free is
- * caught; under Valgrind too (checked at load), so memcheck sees each
- * object's own life: a leaked job is a leak, and the slabs, reached only
+ * caught; under Valgrind too (checked at load, unless
+ * WEFT_CACHE_UNDER_VALGRIND=1), so memcheck sees each object's own life: a leaked job is a leak, and the slabs, reached only
  * through pointers into their middle, are not "possibly lost".
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
@@ -29,6 +30,9 @@
 #ifdef WEFT_ASAN
 #define WEFT_CACHE_DISABLED 1
 #endif
+
+_Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N];
+_Thread_local WEFT_TLS_IE gboolean weft__spares_on;
 
 static const gsize class_size[WEFT_CACHE_N] = {
   [WEFT_CACHE_JOB] = sizeof (WeftJob),
@@ -78,10 +82,13 @@ static Depot depots[WEFT_CACHE_N] = {
 #ifdef WEFT_HAVE_VALGRIND
 static gboolean bypass; /* set before any allocation, never changed */
 
+/* WEFT_CACHE_UNDER_VALGRIND=1 keeps the caches and spares on under
+ * Valgrind: for counting instructions with callgrind
+ * (bench/http-instructions) as the code runs outside it. */
 __attribute__ ((constructor)) static void
 check_valgrind (void)
 {
-  bypass = RUNNING_ON_VALGRIND != 0;
+  bypass = RUNNING_ON_VALGRIND != 0 && g_strcmp0 (g_getenv ("WEFT_CACHE_UNDER_VALGRIND"), "1") != 0;
 }
 #else
 #define bypass FALSE
@@ -226,7 +233,38 @@ weft__cache_free (WeftCacheKind kind, gpointer object)
     depot_put (c);
 }
 
+static void
+spares_release (gpointer unused)
+{
+  for (guint k = 0; k < WEFT_SPARE_N; k++)
+    {
+      g_free (weft__spares[k]);
+      weft__spares[k] = NULL;
+    }
+  /* A later thread-exit notify that keeps one registers again (and this
+   * runs in the next round). */
+  weft__spares_on = FALSE;
+}
+
+static GPrivate spares_key = G_PRIVATE_INIT (spares_release);
+
+gboolean
+weft__spares_register (void)
+{
+  if (G_UNLIKELY (bypass))
+    return FALSE;
+  weft__spares_on = TRUE;
+  g_private_set (&spares_key, GINT_TO_POINTER (1)); /* any non-NULL: the notify runs */
+  return TRUE;
+}
+
 #else /* WEFT_CACHE_DISABLED */
+
+gboolean
+weft__spares_register (void)
+{
+  return FALSE; /* a kept object would hide a use after free from ASan */
+}
 
 gpointer
 weft__cache_alloc (WeftCacheKind kind)

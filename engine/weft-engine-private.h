@@ -61,6 +61,42 @@ typedef enum {
 gpointer weft__cache_alloc (WeftCacheKind kind);
 void weft__cache_free (WeftCacheKind kind, gpointer object);
 
+/* One spare per thread and kind (weft-cache.c): the last freed object of
+ * a kind taken and freed once per request, for the thread's next one
+ * (no malloc and free, and lines still in cache). Objects are g_malloc'd
+ * blocks of one size per kind; a thread's spares are g_free'd when it
+ * exits. Off under ASan and Valgrind, where a kept object would hide a
+ * use after free. */
+typedef enum {
+  WEFT_SPARE_HTTP_REQUEST, /* a one-allocation WeftHttpRequest */
+  WEFT_SPARE_WRITE_CHUNK,  /* a connection's small copy chunk */
+  WEFT_SPARE_N
+} WeftSpareKind;
+
+extern _Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N];
+extern _Thread_local WEFT_TLS_IE gboolean weft__spares_on; /* registered for exit */
+gboolean weft__spares_register (void);
+
+/* The thread's spare of @kind, or NULL. */
+static inline gpointer
+weft__spare_take (WeftSpareKind kind)
+{
+  gpointer object = weft__spares[kind];
+  weft__spares[kind] = NULL;
+  return object;
+}
+
+/* Keeps @object as the thread's spare of @kind; FALSE if the slot is
+ * taken (or spares are off): then the caller frees it. */
+static inline gboolean
+weft__spare_keep (WeftSpareKind kind, gpointer object)
+{
+  if (weft__spares[kind] != NULL || (G_UNLIKELY (!weft__spares_on) && !weft__spares_register ()))
+    return FALSE;
+  weft__spares[kind] = object;
+  return TRUE;
+}
+
 /* A job node with @func, @user_data and @notify (nullable) set, and the
  * WEFT_JOB_* @flags. */
 WeftJob *weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify,

@@ -12,7 +12,6 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-http-private.h"
-#include "weft-sanitizers.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -96,47 +95,13 @@ on_context (HttpConn *hc)
  * slower path). All the same size, so that a thread can keep one. */
 #define ONE_ALLOC 1000
 
-/* A thread's last freed one-allocation request, for its next: every
- * request takes one and frees it, and this skips the allocator's malloc
- * and free and reuses lines that are still in cache. Freed when the
- * thread exits. */
-static void spare_block_free (gpointer unused);
-static GPrivate spare_block_key = G_PRIVATE_INIT (spare_block_free);
-static _Thread_local WEFT_TLS_IE gpointer spare_block;
-static _Thread_local WEFT_TLS_IE gboolean spare_block_registered;
-
-static void
-spare_block_free (gpointer unused)
-{
-  g_free (spare_block);
-  spare_block = NULL;
-  /* A later thread-exit notify that frees one registers again (and its
-   * notify runs in the next round). */
-  spare_block_registered = FALSE;
-}
-
+/* A one-allocation request goes to the thread's spare for its next
+ * request (every request takes one and frees it). */
 static void
 request_free (WeftHttpRequest *req)
 {
-#ifdef WEFT_ASAN
-  /* Under ASan every request is freed: a kept one would hide a use after
-   * free. */
-  const gboolean keep = FALSE;
-#else
-  const gboolean keep = TRUE;
-#endif
-  if (!keep || req->resp_spare == NULL || spare_block != NULL)
-    {
-      g_free (req);
-      return;
-    }
-  if (G_UNLIKELY (!spare_block_registered))
-    {
-      /* Any non-NULL value: the notify frees the thread's spare. */
-      spare_block_registered = TRUE;
-      g_private_set (&spare_block_key, GINT_TO_POINTER (1));
-    }
-  spare_block = req;
+  if (req->resp_spare == NULL || !weft__spare_keep (WEFT_SPARE_HTTP_REQUEST, req))
+    g_free (req);
 }
 
 /* @one_alloc: ONE_ALLOC bytes, the request first; else the request alone. */
@@ -149,12 +114,7 @@ request_alloc (HttpConn *hc, gboolean one_alloc)
   WeftHttpRequest *req;
   if (!one_alloc)
     req = g_malloc (sizeof *req);
-  else if (spare_block != NULL)
-    {
-      req = spare_block;
-      spare_block = NULL;
-    }
-  else
+  else if ((req = weft__spare_take (WEFT_SPARE_HTTP_REQUEST)) == NULL)
     req = g_malloc (ONE_ALLOC);
   memset (req, 0, sizeof *req);
   req->ref_count = 1;

@@ -514,9 +514,30 @@ test_weft_client (void)
 /* ---- /tls/http-server-gone-in-handshake ------------------------------- */
 
 static void
-hello_gone (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+hello_tls (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
 {
-  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "hi", 2);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "Hello, TLS!", 11);
+}
+
+/* An HTTPS server on @engine answering GET / with hello_tls(), started on
+ * a free port (*port); @header_timeout_ms 0 keeps the default. */
+static WeftHttpServer *
+https_server_start (WeftEngine *engine, WeftTlsConfig *config, guint header_timeout_ms,
+                    guint16 *port)
+{
+  WeftHttpServer *server = weft_http_server_new (engine);
+  if (header_timeout_ms != 0)
+    weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, header_timeout_ms);
+  weft_http_server_add_handler (server, "GET", "/", hello_tls, NULL, NULL);
+  WeftListener *listener = weft_http_server_get_listener (server);
+  weft_listener_set_tls (listener, config);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  g_assert_true (weft_http_server_start (server, &error));
+  g_assert_no_error (error);
+  *port = weft_listener_get_port (listener, 0);
+  return server;
 }
 
 typedef struct {
@@ -573,15 +594,10 @@ test_http_server_gone_in_handshake (void)
 {
   WeftTlsConfig *config = server_config (certs.localhost);
   WeftEngine *engine = wt_engine_new (2);
-  WeftHttpServer *server = weft_http_server_new (engine);
-  weft_http_server_add_handler (server, "GET", "/", hello_gone, NULL, NULL);
+  guint16 port;
+  WeftHttpServer *server = https_server_start (engine, config, 0, &port);
   WeftListener *listener = weft_http_server_get_listener (server);
-  weft_listener_set_tls (listener, config);
   GError *error = NULL;
-  g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
-  g_assert_true (weft_http_server_start (server, &error));
-  g_assert_no_error (error);
-  guint16 port = weft_listener_get_port (listener, 0);
 
   /* TCP only: the server accepts and waits for a ClientHello. */
   int fd = wt_connect_tcp (port);
@@ -980,12 +996,6 @@ out:
   return ok;
 }
 
-static void
-hello_tls (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
-{
-  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "Hello, TLS!", 11);
-}
-
 typedef struct {
   guint16 port;
   atomic_bool stop;
@@ -1027,16 +1037,9 @@ test_https_hostile (void)
   WeftTlsConfig *config = server_config (certs.localhost);
   weft_tls_config_set_handshake_timeout (config, 300);
   WeftEngine *engine = wt_engine_new (2);
-  WeftHttpServer *server = weft_http_server_new (engine);
-  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, 300);
-  weft_http_server_add_handler (server, "GET", "/", hello_tls, NULL, NULL);
+  guint16 port;
+  WeftHttpServer *server = https_server_start (engine, config, 300, &port);
   WeftListener *listener = weft_http_server_get_listener (server);
-  weft_listener_set_tls (listener, config);
-  GError *error = NULL;
-  g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
-  g_assert_true (weft_http_server_start (server, &error));
-  g_assert_no_error (error);
-  guint16 port = weft_listener_get_port (listener, 0);
 
   Bystander b = { .port = port };
   GThread *bt = g_thread_new ("bystander", bystander_thread, &b);

@@ -193,20 +193,23 @@ wt_wait_engine_idle (WeftEngine *engine)
  * "nothing polls" window: a wake written just before the last worker went
  * to sleep is still on its way (a cross-CPU wake takes tens of µs, more
  * under a sanitizer) and makes one poll return after it. */
+static inline gboolean
+wt_engine_settled_step (WeftEngine *engine, WeftEngineStats *prev)
+{
+  g_usleep (20000);
+  WeftEngineStats s = wt_stats (engine);
+  guint n = weft_engine_get_n_workers (engine);
+  gboolean settled = s.n_sleeping == n && prev->n_sleeping == n && s.polls == prev->polls;
+  *prev = s;
+  return settled;
+}
+
 static inline WeftEngineStats
 wt_wait_engine_settled (WeftEngine *engine)
 {
-  guint n = weft_engine_get_n_workers (engine);
-  WeftEngineStats prev = wt_stats (engine), s = prev;
-  gint64 deadline = g_get_monotonic_time () + WT_DEADLINE_US;
+  WeftEngineStats s = wt_stats (engine);
   gboolean settled = FALSE;
-  while (!settled && g_get_monotonic_time () < deadline)
-    {
-      g_usleep (20000);
-      s = wt_stats (engine);
-      settled = s.n_sleeping == n && prev.n_sleeping == n && s.polls == prev.polls;
-      prev = s;
-    }
+  WT_WAIT_UNTIL ((settled = wt_engine_settled_step (engine, &s)));
   g_assert_true (settled);
   return s;
 }
