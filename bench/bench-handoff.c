@@ -60,6 +60,13 @@ typedef struct {
   guint64 payload;
 } TputJob;
 
+/* A job with its queue node inside, as the micro harness's peers have
+ * theirs (job_t): for the _post_slot rows. */
+typedef struct {
+  WeftJobSlot slot;
+  guint64 payload;
+} SlotJob;
+
 typedef void (*SubmitFunc) (WeftJobFunc func, gpointer data);
 
 /* Read by the producer on every submit; the counters the consumers bump
@@ -84,6 +91,20 @@ submit_context (WeftJobFunc func, gpointer data)
     wb_die ("weft_context_post failed");
 }
 
+static void
+submit_engine_slot (WeftJobFunc func, gpointer data)
+{
+  if (!weft_engine_post_slot (engine, &((SlotJob *) data)->slot, func, data, NULL))
+    wb_die ("weft_engine_post_slot failed");
+}
+
+static void
+submit_context_slot (WeftJobFunc func, gpointer data)
+{
+  if (!weft_context_post_slot (context, &((SlotJob *) data)->slot, func, data, NULL))
+    wb_die ("weft_context_post_slot failed");
+}
+
 /* ---- throughput ------------------------------------------------------------ */
 
 static atomic_ulong tput_sum LINE;
@@ -91,24 +112,40 @@ static atomic_long tput_count LINE;
 static long tput_n LINE;
 static sem_t tput_done;
 
-static void
-tput_job (gpointer data)
+static inline void
+tput_count_job (guint64 payload)
 {
-  const TputJob *job = data;
-  atomic_fetch_add_explicit (&tput_sum, job->payload, memory_order_relaxed);
+  atomic_fetch_add_explicit (&tput_sum, payload, memory_order_relaxed);
   if (atomic_fetch_add_explicit (&tput_count, 1, memory_order_acq_rel) + 1 == tput_n)
     sem_post (&tput_done);
 }
 
 static void
-run_tput (const char *impl, const char *fig, SubmitFunc submit, const char *note)
+tput_job (gpointer data)
+{
+  tput_count_job (((const TputJob *) data)->payload);
+}
+
+static void
+tput_slot_job (gpointer data)
+{
+  tput_count_job (((const SlotJob *) data)->payload);
+}
+
+/* @slots: the jobs are SlotJobs posted with a _post_slot submit. */
+static void
+run_tput (const char *impl, const char *fig, SubmitFunc submit, gboolean slots,
+          const char *note)
 {
   char f[256], n2[256];
-  TputJob *jobs = calloc ((size_t) tput_n, sizeof *jobs);
+  size_t size = slots ? sizeof (SlotJob) : sizeof (TputJob);
+  size_t at = slots ? G_STRUCT_OFFSET (SlotJob, payload) : G_STRUCT_OFFSET (TputJob, payload);
+  WeftJobFunc job_func = slots ? tput_slot_job : tput_job;
+  char *jobs = calloc ((size_t) tput_n, size);
   if (jobs == NULL)
     wb_die ("out of memory");
   for (long i = 0; i < tput_n; i++)
-    jobs[i].payload = (guint64) i + 1;
+    *(guint64 *) (jobs + (size_t) i * size + at) = (guint64) i + 1;
   atomic_store (&tput_sum, 0);
   atomic_store (&tput_count, 0);
 
@@ -116,7 +153,7 @@ run_tput (const char *impl, const char *fig, SubmitFunc submit, const char *note
   weft_engine_get_stats (engine, &s0);
   uint64_t t0 = wb_now_ns ();
   for (long i = 0; i < tput_n; i++)
-    submit (tput_job, &jobs[i]);
+    submit (job_func, jobs + (size_t) i * size);
   uint64_t t_sub = wb_now_ns ();
   wb_sem_wait (&tput_done);
   uint64_t t1 = wb_now_ns ();
@@ -310,7 +347,7 @@ int
 main (void)
 {
   GError *error = NULL;
-  char impl_e[128], impl_c[128], note[256];
+  char impl_e[128], impl_c[128], impl_es[128], impl_cs[128], note[256];
 
   alarm (85);
   tput_n = wb_n (1000000, 50000);
@@ -330,13 +367,27 @@ main (void)
   snprintf (impl_c, sizeof impl_c, "%s weft_context_post (engine of %d workers)", WB_VERSION,
             N_WORKERS);
 
+  snprintf (impl_es, sizeof impl_es, "%s weft_engine_post_slot (%d workers)", WB_VERSION,
+            N_WORKERS);
+  snprintf (impl_cs, sizeof impl_cs, "%s weft_context_post_slot (engine of %d workers)",
+            WB_VERSION, N_WORKERS);
+
   /* (a), (d) */
-  run_tput (impl_e, "1 producer -> pool of 2", submit_engine,
+  run_tput (impl_e, "1 producer -> pool of 2", submit_engine, FALSE,
             "engine of 2 workers; producer thread is a 3rd thread on 2 CPUs");
   g_usleep (20000);
   /* (b), (d) */
-  run_tput (impl_c, "foreign thread -> loop thread", submit_context,
+  run_tput (impl_c, "foreign thread -> loop thread", submit_context, FALSE,
             "one context; its callbacks run on either of the 2 workers, one at a time");
+  g_usleep (20000);
+  /* (a), (b) with the node inside the job, as the peers' jobs have it */
+  run_tput (impl_es, "1 producer -> pool of 2", submit_engine_slot, TRUE,
+            "engine of 2 workers; producer thread is a 3rd thread on 2 CPUs; "
+            "each job has its queue node inside (WeftJobSlot), as the harness's job_t");
+  g_usleep (20000);
+  run_tput (impl_cs, "foreign thread -> loop thread", submit_context_slot, TRUE,
+            "one context; its callbacks run on either of the 2 workers, one at a time; "
+            "each job has its queue node inside (WeftJobSlot), as the harness's job_t");
   g_usleep (20000);
 
   /* (c) and the bare eventfd floor, interleaved */

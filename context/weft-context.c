@@ -671,8 +671,8 @@ weft_context_get_current (void)
 }
 
 static gboolean
-post (WeftContext *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
-      gboolean front, gboolean bounded, GError **error)
+post (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+      GDestroyNotify notify, gboolean front, gboolean bounded, GError **error)
 {
   if (G_UNLIKELY ((atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED) ||
                   weft__engine_refuses (self->engine)))
@@ -701,7 +701,8 @@ post (WeftContext *self, WeftJobFunc func, gpointer user_data, GDestroyNotify no
       flags |= WEFT_JOB_COUNTED;
     }
 
-  WeftJob *job = weft__job_new (func, user_data, notify, flags);
+  WeftJob *job = slot != NULL ? weft__job_init_slot (slot, func, user_data, notify, flags)
+                              : weft__job_new (func, user_data, notify, flags);
   weft__context_push (self, &job->node, front, NULL);
   return TRUE;
 }
@@ -727,7 +728,7 @@ weft_context_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return post (self, func, user_data, notify, FALSE, FALSE, NULL);
+  return post (self, NULL, func, user_data, notify, FALSE, FALSE, NULL);
 }
 
 /**
@@ -751,7 +752,38 @@ weft_context_post_front (WeftContext *self, WeftJobFunc func, gpointer user_data
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return post (self, func, user_data, notify, TRUE, FALSE, NULL);
+  return post (self, NULL, func, user_data, notify, TRUE, FALSE, NULL);
+}
+
+/**
+ * weft_context_post_slot: (skip)
+ * @self: a context
+ * @slot: a #WeftJobSlot that is not busy, inside memory of yours
+ * @func: the job
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func ran, or when the
+ *   job is dropped
+ *
+ * Like weft_context_post(), but the job is queued in @slot instead of a
+ * node the library allocates: no allocation and no free, and nothing
+ * shared with other threads' posts but the queue itself. See #WeftJobSlot
+ * for when the slot is yours again. A bound set with
+ * weft_context_set_max_queued() counts the job but never refuses it.
+ * Posting a busy slot is a programmer error: the post is refused with a
+ * critical warning and @notify is not called.
+ *
+ * Returns: %TRUE if queued; %FALSE as for weft_context_post() (then @slot
+ *   is not busy and @notify has already been called).
+ */
+gboolean
+weft_context_post_slot (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func,
+                        gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (slot != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  g_return_val_if_fail (!weft__job_slot_busy (slot), FALSE);
+  return post (self, slot, func, user_data, notify, FALSE, FALSE, NULL);
 }
 
 /**
@@ -777,7 +809,7 @@ weft_context_try_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
-  return post (self, func, user_data, notify, FALSE, TRUE, error);
+  return post (self, NULL, func, user_data, notify, FALSE, TRUE, error);
 }
 
 /**

@@ -43,6 +43,9 @@ WEFT_AVAILABLE_IN_ALL
 gboolean weft_context_post_front (WeftContext *self, WeftJobFunc func, gpointer user_data,
                                   GDestroyNotify notify);
 WEFT_AVAILABLE_IN_ALL
+gboolean weft_context_post_slot (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func,
+                                 gpointer user_data, GDestroyNotify notify);
+WEFT_AVAILABLE_IN_ALL
 gboolean weft_context_try_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
                                 GDestroyNotify notify, GError **error);
 WEFT_AVAILABLE_IN_ALL

@@ -156,7 +156,9 @@ weft_join_is_complete (WeftJoin *self)
   return atomic_load (&self->fired) != 0;
 }
 
+/* The task's queue node is inside it: one allocation per task. */
 typedef struct {
+  WeftJobSlot slot;
   WeftJoin *join;          /* (owned) */
   WeftJobFunc func;
   gpointer user_data;
@@ -184,7 +186,7 @@ task_free (gpointer data)
 static Task *
 task_new (WeftJoin *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify)
 {
-  Task *t = g_new (Task, 1);
+  Task *t = g_new0 (Task, 1);
   weft_join_add (self, 1);
   t->join = weft_join_ref (self);
   t->func = func;
@@ -214,7 +216,8 @@ weft_join_post (WeftJoin *self, WeftEngine *engine, WeftJobFunc func, gpointer u
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (engine != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return weft_engine_post (engine, task_run, task_new (self, func, user_data, notify), task_free);
+  Task *t = task_new (self, func, user_data, notify);
+  return weft_engine_post_slot (engine, &t->slot, task_run, t, task_free);
 }
 
 /**
@@ -236,6 +239,6 @@ weft_join_post_to_context (WeftJoin *self, WeftContext *context, WeftJobFunc fun
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (context != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return weft_context_post (context, task_run, task_new (self, func, user_data, notify),
-                            task_free);
+  Task *t = task_new (self, func, user_data, notify);
+  return weft_context_post_slot (context, &t->slot, task_run, t, task_free);
 }

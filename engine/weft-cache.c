@@ -300,9 +300,33 @@ weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify, guin
   return j;
 }
 
+/* A slot is a WeftJobNotify in the caller's memory. */
+G_STATIC_ASSERT (sizeof (WeftJobSlot) == sizeof (WeftJobNotify));
+G_STATIC_ASSERT (G_ALIGNOF (WeftJobSlot) >= G_ALIGNOF (WeftJobNotify));
+
+WeftJob *
+weft__job_init_slot (WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+                     GDestroyNotify notify, guint32 flags)
+{
+  WeftJobNotify *jn = (WeftJobNotify *) slot;
+  jn->notify = notify;
+  jn->job.node.kind = WEFT_NODE_JOB;
+  jn->job.node.flags = flags | WEFT_JOB_SLOT | (notify != NULL ? WEFT_JOB_NOTIFY : 0);
+  jn->job.func = func;
+  jn->job.user_data = user_data;
+  return &jn->job;
+}
+
 void
 weft__job_free (WeftJob *job)
 {
+  if (job->node.flags & WEFT_JOB_SLOT)
+    {
+      /* The caller's memory: hand it back. Release, so that a post seeing
+       * the slot free also sees every read of it made here before. */
+      __atomic_store_n (&job->node.flags, 0, __ATOMIC_RELEASE);
+      return;
+    }
   weft__cache_free (job->node.flags & WEFT_JOB_NOTIFY ? WEFT_CACHE_JOB_NOTIFY : WEFT_CACHE_JOB,
                     job);
 }

@@ -48,6 +48,8 @@ enum {
   WEFT_JOB_COUNTED = 1 << 0, /* counted in its context's n_queued */
   WEFT_JOB_OUTSIDE = 1 << 1, /* posted from outside every context's callbacks */
   WEFT_JOB_NOTIFY = 1 << 2,  /* a WeftJobNotify */
+  WEFT_JOB_SLOT = 1 << 3,    /* in a caller's WeftJobSlot: never freed; the flags
+                              * go back to 0 when the job starts or is dropped */
 };
 
 /* Fixed-size object caches (weft-cache.c). */
@@ -102,6 +104,17 @@ weft__spare_keep (WeftSpareKind kind, gpointer object)
 WeftJob *weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
                         guint32 flags);
 void weft__job_free (WeftJob *job);
+/* Fills @slot (which must not be busy) as a job node and marks it busy. */
+WeftJob *weft__job_init_slot (WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+                              GDestroyNotify notify, guint32 flags);
+/* Whether @slot holds a queued job (its job has neither started nor been
+ * dropped). */
+static inline gboolean
+weft__job_slot_busy (const WeftJobSlot *slot)
+{
+  const WeftNode *node = (const WeftNode *) slot;
+  return __atomic_load_n (&node->flags, __ATOMIC_ACQUIRE) != 0;
+}
 /* Runs the job (or only its notify when @run is FALSE), then frees it. */
 void weft__job_finish (WeftJob *job, gboolean run);
 

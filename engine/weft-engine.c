@@ -566,8 +566,8 @@ weft__engine_requeue (WeftEngine *self, WeftNode *node)
 }
 
 static gboolean
-post (WeftEngine *self, WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
-      gboolean urgent)
+post (WeftEngine *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+      GDestroyNotify notify, gboolean urgent)
 {
   if (G_UNLIKELY (weft__engine_refuses (self)))
     {
@@ -575,7 +575,8 @@ post (WeftEngine *self, WeftJobFunc func, gpointer user_data, GDestroyNotify not
         notify (user_data);
       return FALSE;
     }
-  WeftJob *job = weft__job_new (func, user_data, notify, 0);
+  WeftJob *job = slot != NULL ? weft__job_init_slot (slot, func, user_data, notify, 0)
+                              : weft__job_new (func, user_data, notify, 0);
   weft__engine_enqueue (self, &job->node, urgent);
   return TRUE;
 }
@@ -601,7 +602,7 @@ weft_engine_post (WeftEngine *self, WeftJobFunc func, gpointer user_data, GDestr
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return post (self, func, user_data, notify, FALSE);
+  return post (self, NULL, func, user_data, notify, FALSE);
 }
 
 /**
@@ -625,7 +626,35 @@ weft_engine_post_front (WeftEngine *self, WeftJobFunc func, gpointer user_data,
 {
   g_return_val_if_fail (self != NULL, FALSE);
   g_return_val_if_fail (func != NULL, FALSE);
-  return post (self, func, user_data, notify, TRUE);
+  return post (self, NULL, func, user_data, notify, TRUE);
+}
+
+/**
+ * weft_engine_post_slot: (skip)
+ * @self: an engine
+ * @slot: a #WeftJobSlot that is not busy, inside memory of yours
+ * @func: the job
+ * @user_data: data for @func
+ * @notify: (nullable): called with @user_data after @func ran, or when the
+ *   job is dropped
+ *
+ * Like weft_engine_post(), but the job is queued in @slot instead of a node
+ * the engine allocates: see #WeftJobSlot for when the slot is yours again.
+ * Posting a busy slot is a programmer error: the post is refused with a
+ * critical warning and @notify is not called.
+ *
+ * Returns: %TRUE if queued; %FALSE as for weft_engine_post() (then @slot
+ *   is not busy and @notify has already been called).
+ */
+gboolean
+weft_engine_post_slot (WeftEngine *self, WeftJobSlot *slot, WeftJobFunc func,
+                       gpointer user_data, GDestroyNotify notify)
+{
+  g_return_val_if_fail (self != NULL, FALSE);
+  g_return_val_if_fail (slot != NULL, FALSE);
+  g_return_val_if_fail (func != NULL, FALSE);
+  g_return_val_if_fail (!weft__job_slot_busy (slot), FALSE);
+  return post (self, slot, func, user_data, notify, FALSE);
 }
 
 /**

@@ -72,6 +72,9 @@ gboolean weft_engine_post (WeftEngine *self, WeftJobFunc func, gpointer user_dat
 WEFT_AVAILABLE_IN_ALL
 gboolean weft_engine_post_front (WeftEngine *self, WeftJobFunc func, gpointer user_data,
                                  GDestroyNotify notify);
+WEFT_AVAILABLE_IN_ALL
+gboolean weft_engine_post_slot (WeftEngine *self, WeftJobSlot *slot, WeftJobFunc func,
+                                gpointer user_data, GDestroyNotify notify);
 
 WEFT_AVAILABLE_IN_ALL
 void weft_engine_set_timer_slack (WeftEngine *self, guint64 slack_us);

@@ -61,6 +61,28 @@ typedef struct _WeftJoin WeftJoin;
 typedef void (*WeftJobFunc) (gpointer user_data);
 
 /**
+ * WeftJobSlot: (skip)
+ *
+ * Room for one queued job inside a structure of your own, for posting
+ * without an allocation: weft_context_post_slot() and
+ * weft_engine_post_slot(). Zero-fill it before its first post (g_new0(),
+ * or `WeftJobSlot slot = { 0 };`).
+ *
+ * A slot is busy from its post until the job's function starts, or, for a
+ * job that is dropped instead, until its destroy notify is called. While
+ * busy it must stay valid and must not be posted again (the post fails
+ * with a critical warning); once the function or notify has started, the
+ * slot is yours again: it may be freed, or posted again, also from that
+ * function. One job per slot at a time, so a slot suits a job that is
+ * posted over and over with at most one copy queued, such as "there is
+ * something to flush" or "wake the reader".
+ */
+typedef struct {
+  /*< private >*/
+  gpointer priv_[5];
+} WeftJobSlot;
+
+/**
  * WeftFdFunc:
  * @fd: the watched file descriptor
  * @condition: what the kernel reported (%G_IO_IN, %G_IO_OUT, %G_IO_PRI,
