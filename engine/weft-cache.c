@@ -32,6 +32,7 @@
 #endif
 
 _Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N];
+_Thread_local WEFT_TLS_IE WeftCache *weft__tls_caches[WEFT_CACHE_N];
 _Thread_local WEFT_TLS_IE gboolean weft__spares_on;
 
 static const gsize class_size[WEFT_CACHE_N] = {
@@ -46,11 +47,8 @@ static const gsize class_size[WEFT_CACHE_N] = {
 /* Magazines of new objects per region, at most. */
 #define REGION_MAX_MAGS 64
 
-/* A free object's first word links it into a free list. */
-typedef struct _Free Free;
-struct _Free {
-  Free *next;
-};
+typedef WeftCacheFree Free;
+typedef WeftCache Cache;
 
 typedef struct _Mag Mag;
 struct _Mag {
@@ -58,11 +56,6 @@ struct _Mag {
   Free *first;      /* MAG objects */
 };
 
-typedef struct {
-  WeftCacheKind kind;
-  Free *free;       /* this thread only */
-  guint n_free;
-} Cache;
 
 typedef struct {
   WeftMutex lock;
@@ -100,7 +93,7 @@ static GPrivate cache_keys[WEFT_CACHE_N] = {
   G_PRIVATE_INIT (cache_release),
   G_PRIVATE_INIT (cache_release),
 };
-static _Thread_local WEFT_TLS_IE Cache *tls_caches[WEFT_CACHE_N];
+#define tls_caches weft__tls_caches
 
 static Cache *
 cache_get (WeftCacheKind kind)
@@ -199,21 +192,18 @@ cache_release (gpointer data)
   g_free (c);
 }
 
+/* The first allocation of a class on a thread, or an empty free list. */
 gpointer
-weft__cache_alloc (WeftCacheKind kind)
+weft__cache_alloc_slow (WeftCacheKind kind)
 {
   if (G_UNLIKELY (bypass))
     return g_malloc (class_size[kind]);
   Cache *c = cache_get (kind);
-  if (G_UNLIKELY (c->free == NULL))
+  if (c->free == NULL)
     cache_refill (c);
   Free *f = c->free;
   c->free = f->next;
   c->n_free--;
-  /* Recycled objects were last touched by another CPU: ask for the next
-   * one's line now, for writing, so the next allocation does not wait. */
-  if (c->free != NULL)
-    __builtin_prefetch (c->free, 1);
   return f;
 }
 
@@ -267,7 +257,7 @@ weft__spares_register (void)
 }
 
 gpointer
-weft__cache_alloc (WeftCacheKind kind)
+weft__cache_alloc_slow (WeftCacheKind kind)
 {
   return g_malloc (class_size[kind]);
 }
@@ -280,42 +270,9 @@ weft__cache_free (WeftCacheKind kind, gpointer object)
 
 #endif
 
-WeftJob *
-weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify, guint32 flags)
-{
-  WeftJob *j;
-  if (notify != NULL)
-    {
-      WeftJobNotify *jn = weft__cache_alloc (WEFT_CACHE_JOB_NOTIFY);
-      jn->notify = notify;
-      j = &jn->job;
-      flags |= WEFT_JOB_NOTIFY;
-    }
-  else
-    j = weft__cache_alloc (WEFT_CACHE_JOB);
-  j->node.kind = WEFT_NODE_JOB;
-  j->node.flags = flags;
-  j->func = func;
-  j->user_data = user_data;
-  return j;
-}
-
 /* A slot is a WeftJobNotify in the caller's memory. */
 G_STATIC_ASSERT (sizeof (WeftJobSlot) == sizeof (WeftJobNotify));
 G_STATIC_ASSERT (G_ALIGNOF (WeftJobSlot) >= G_ALIGNOF (WeftJobNotify));
-
-WeftJob *
-weft__job_init_slot (WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
-                     GDestroyNotify notify, guint32 flags)
-{
-  WeftJobNotify *jn = (WeftJobNotify *) slot;
-  jn->notify = notify;
-  jn->job.node.kind = WEFT_NODE_JOB;
-  jn->job.node.flags = flags | WEFT_JOB_SLOT | (notify != NULL ? WEFT_JOB_NOTIFY : 0);
-  jn->job.func = func;
-  jn->job.user_data = user_data;
-  return &jn->job;
-}
 
 void
 weft__job_free (WeftJob *job)

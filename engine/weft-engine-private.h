@@ -60,8 +60,43 @@ typedef enum {
   WEFT_CACHE_N
 } WeftCacheKind;
 
-gpointer weft__cache_alloc (WeftCacheKind kind);
+/* A thread's free list of one class (weft-cache.c). A free object's first
+ * word links it. */
+typedef struct _WeftCacheFree WeftCacheFree;
+struct _WeftCacheFree {
+  WeftCacheFree *next;
+};
+
+typedef struct {
+  WeftCacheKind kind;
+  WeftCacheFree *free;  /* this thread only */
+  guint n_free;
+} WeftCache;
+
+/* The thread's caches; NULL until its first allocation of the class, and
+ * always NULL where the cache is off (ASan, Valgrind). */
+extern _Thread_local WEFT_TLS_IE WeftCache *weft__tls_caches[WEFT_CACHE_N];
+
+gpointer weft__cache_alloc_slow (WeftCacheKind kind);
 void weft__cache_free (WeftCacheKind kind, gpointer object);
+
+/* Inline: a post is a few dozen instructions, and a call that saves and
+ * restores the slow path's registers was a sizeable part of them. */
+static inline gpointer
+weft__cache_alloc (WeftCacheKind kind)
+{
+  WeftCache *c = weft__tls_caches[kind];
+  WeftCacheFree *f;
+  if (G_UNLIKELY (c == NULL || (f = c->free) == NULL))
+    return weft__cache_alloc_slow (kind);
+  c->free = f->next;
+  c->n_free--;
+  /* Recycled objects were last touched by another CPU: ask for the next
+   * one's line now, so the next allocation does not wait. */
+  if (c->free != NULL)
+    __builtin_prefetch (c->free, 1);
+  return f;
+}
 
 /* One spare per thread and kind (weft-cache.c): the last freed object of
  * a kind taken and freed once per request, for the thread's next one
@@ -101,12 +136,41 @@ weft__spare_keep (WeftSpareKind kind, gpointer object)
 
 /* A job node with @func, @user_data and @notify (nullable) set, and the
  * WEFT_JOB_* @flags. */
-WeftJob *weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify,
-                        guint32 flags);
+static inline WeftJob *
+weft__job_new (WeftJobFunc func, gpointer user_data, GDestroyNotify notify, guint32 flags)
+{
+  WeftJob *j;
+  if (notify != NULL)
+    {
+      WeftJobNotify *jn = (WeftJobNotify *) weft__cache_alloc (WEFT_CACHE_JOB_NOTIFY);
+      jn->notify = notify;
+      j = &jn->job;
+      flags |= WEFT_JOB_NOTIFY;
+    }
+  else
+    j = (WeftJob *) weft__cache_alloc (WEFT_CACHE_JOB);
+  j->node.kind = WEFT_NODE_JOB;
+  j->node.flags = flags;
+  j->func = func;
+  j->user_data = user_data;
+  return j;
+}
 void weft__job_free (WeftJob *job);
-/* Fills @slot (which must not be busy) as a job node and marks it busy. */
-WeftJob *weft__job_init_slot (WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
-                              GDestroyNotify notify, guint32 flags);
+/* Fills @slot (which must not be busy) as a job node and marks it busy.
+ * A slot is a WeftJobNotify in the caller's memory (sizes checked in
+ * weft-cache.c). */
+static inline WeftJob *
+weft__job_init_slot (WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+                     GDestroyNotify notify, guint32 flags)
+{
+  WeftJobNotify *jn = (WeftJobNotify *) slot;
+  jn->notify = notify;
+  jn->job.node.kind = WEFT_NODE_JOB;
+  jn->job.node.flags = flags | WEFT_JOB_SLOT | (notify != NULL ? WEFT_JOB_NOTIFY : 0);
+  jn->job.func = func;
+  jn->job.user_data = user_data;
+  return &jn->job;
+}
 /* Whether @slot holds a queued job (its job has neither started nor been
  * dropped). */
 static inline gboolean
