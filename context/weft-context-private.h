@@ -255,6 +255,9 @@ void weft__context_mark_tail_conn (WeftContext *self);
  * the lock (the walk may drop the last reference of a context). */
 void weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
                                 gpointer data);
+/* Tests only: called between two batches of the walk, without the lock,
+ * with the tail of the context it goes on from (which may be freed now). */
+extern void (*weft__foreach_tail_unlocked_hook) (gpointer next_tail);
 
 /* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
  * by the context's address (which is fixed, like its engine). */

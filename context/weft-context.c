@@ -119,6 +119,8 @@ context_try_internal_ref (WeftContext *self)
 #define FOREACH_TAIL_BATCH 256
 #define FOREACH_TAIL_YIELD_US 200
 
+void (*weft__foreach_tail_unlocked_hook) (gpointer next_tail);
+
 void
 weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
                            gpointer data)
@@ -152,6 +154,8 @@ weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpoi
       pinned = c;
       if (c == NULL)
         return;
+      if (G_UNLIKELY (weft__foreach_tail_unlocked_hook != NULL))
+        weft__foreach_tail_unlocked_hook (weft__context_tail (c));
       /* pthread mutexes are not fair: locking again at once would take
        * the lock back before a waiter, being woken, could. Let those
        * blocked now go first (bounded: new ones may keep coming). */
