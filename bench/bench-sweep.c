@@ -12,10 +12,12 @@
  * (weft_context_new() and the free each take ctx_lock once, as an accept
  * and a connection's teardown do). Per walk we take its duration and the
  * longest new+destroy of the probe that overlapped it: a probe that waits
- * for the lock waits up to one hold. Figures: medians over the walks.
+ * for the lock waits up to one hold. Figures: medians over the walks. The
+ * walker (main thread) runs on CPU 0, the probe on CPU 1.
  *
  *   build-release/bench/bench-sweep [NCONN] [ROUNDS]
  */
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -72,9 +74,22 @@ static _Atomic uint64_t walk_start, walk_end; /* 0 when no walk runs */
 static _Atomic uint64_t walk_stall;           /* the longest probe in the current walk */
 static WeftEngine *engine;
 
+/* The walker and the probe on CPUs of their own (where there are two):
+ * sharing one, the probe would wait for the CPU, not for the lock. */
+static void
+pin_to_cpu (int cpu)
+{
+  cpu_set_t set;
+  CPU_ZERO (&set);
+  CPU_SET (cpu, &set);
+  if (sysconf (_SC_NPROCESSORS_ONLN) > 1)
+    pthread_setaffinity_np (pthread_self (), sizeof set, &set);
+}
+
 static void *
 probe (void *data)
 {
+  pin_to_cpu (1);
   while (atomic_load (&probing))
     {
       uint64_t t0 = wb_now_ns ();
@@ -158,6 +173,7 @@ main (int argc, char **argv)
   while (weft_listener_get_n_connections (listener) < nconn)
     usleep (1000);
 
+  pin_to_cpu (0);
   pthread_t th;
   pthread_create (&th, NULL, probe, NULL);
   uint64_t *walk = g_new (uint64_t, rounds), *stall = g_new (uint64_t, rounds);
