@@ -134,6 +134,9 @@ main (int argc, char **argv)
 {
   guint nconn = argc > 1 ? (guint) atoi (argv[1]) : 10000;
   guint rounds = argc > 2 ? (guint) atoi (argv[2]) : 21;
+  if (nconn == 0 || rounds == 0)
+    wb_die ("usage: bench-sweep [NCONN] [ROUNDS]");
+  alarm (85); /* a hung library fails the run */
   struct rlimit rl;
   getrlimit (RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;
