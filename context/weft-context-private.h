@@ -248,9 +248,16 @@ void weft__context_mark_tail_conn (WeftContext *self);
  * valid meanwhile, but @func may only look and take references, never
  * post, unref or make a context (they take that lock). This is how a
  * listener and an HTTP server find their connections without a set of
- * their own (one hash table entry each, per idle connection). */
+ * their own (one hash table entry each, per idle connection). The lock is
+ * dropped between batches of contexts, so the walk is no snapshot: a
+ * context in the list for the whole walk is visited once, one added during
+ * it is not, and one freed during it may or may not be. Not from under
+ * the lock (the walk may drop the last reference of a context). */
 void weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
                                 gpointer data);
+/* Tests only: called between two batches of the walk, without the lock,
+ * with the tail of the context it goes on from (which may be freed now). */
+extern void (*weft__foreach_tail_unlocked_hook) (gpointer next_tail);
 
 /* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
  * by the context's address (which is fixed, like its engine). */

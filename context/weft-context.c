@@ -40,6 +40,17 @@ static _Thread_local WEFT_TLS_IE WeftContext *tls_current;
 
 static void close_context (WeftContext *self);
 
+/* Takes the engine's ctx_lock, counted as a waiter while it blocks. */
+static void
+ctx_list_lock (WeftEngine *engine)
+{
+  if (pthread_mutex_trylock (&engine->ctx_lock) == 0)
+    return;
+  atomic_fetch_add (&engine->ctx_lock_waiters, 1);
+  weft__mutex_lock (&engine->ctx_lock);
+  atomic_fetch_sub (&engine->ctx_lock_waiters, 1);
+}
+
 /**
  * weft_context_new:
  * @engine: the engine whose workers will run the context
@@ -71,7 +82,7 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   weft__mpsc_init_at (&self->back_head, &self->back_tail, &self->back_stub);
   weft__idmap_init (&self->ids);
   atomic_fetch_add (&engine->n_contexts, 1);
-  weft__mutex_lock (&engine->ctx_lock);
+  ctx_list_lock (engine);
   gsize bytes = MIN (sizeof (WeftContext) + tail_size, WEFT_RUN_HINT_MAX);
   if (tail_size > 0 && bytes > atomic_load_explicit (&engine->run_hint_bytes, memory_order_relaxed))
     atomic_store_explicit (&engine->run_hint_bytes, (guint) bytes, memory_order_relaxed);
@@ -89,15 +100,77 @@ weft__context_mark_tail_conn (WeftContext *self)
   atomic_fetch_or (&self->state, WEFT_CTX_TAIL_CONN);
 }
 
+/* An internal reference unless the last one is gone already (then the
+ * context waits for ctx_lock to leave the list). */
+static gboolean
+context_try_internal_ref (WeftContext *self)
+{
+  gint n = g_atomic_int_get (&self->internal_refs);
+  while (n > 0)
+    if (__atomic_compare_exchange_n (&self->internal_refs, &n, n + 1, TRUE, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+      return TRUE;
+  return FALSE;
+}
+
+/* The walk drops ctx_lock after this many contexts, so that making and
+ * freeing contexts (an accept, a connection's end) wait for at most one
+ * batch, not for a walk over every idle connection (~1 ms per 10,000). */
+#define FOREACH_TAIL_BATCH 256
+#define FOREACH_TAIL_YIELD_US 200
+
+void (*weft__foreach_tail_unlocked_hook) (gpointer next_tail);
+
 void
 weft__engine_foreach_tail (WeftEngine *engine, void (*func) (gpointer tail, gpointer data),
                            gpointer data)
 {
+  /* The cursor between batches is the next context to visit, held by an
+   * internal reference: a context leaves the list only when its last one
+   * goes, so the cursor stays linked while the lock is dropped, and the
+   * list before it may change (contexts are added at the head, removed
+   * anywhere) without breaking the walk. A context in the list for the
+   * whole walk is visited once; one added meanwhile is not. */
+  WeftContext *pinned = NULL;
   weft__mutex_lock (&engine->ctx_lock);
-  for (WeftContext *c = engine->contexts; c != NULL; c = c->reg_next)
-    if (atomic_load (&c->state) & WEFT_CTX_TAIL_CONN)
-      func (weft__context_tail (c), data);
-  weft__mutex_unlock (&engine->ctx_lock);
+  WeftContext *c = engine->contexts;
+  for (;;)
+    {
+      for (guint n = 0; c != NULL && n < FOREACH_TAIL_BATCH; n++, c = c->reg_next)
+        if (atomic_load (&c->state) & WEFT_CTX_TAIL_CONN)
+          func (weft__context_tail (c), data);
+      /* A context whose last reference went cannot be pinned: visit it
+       * now, under the lock, as its memory is still there. */
+      while (c != NULL && !context_try_internal_ref (c))
+        {
+          if (atomic_load (&c->state) & WEFT_CTX_TAIL_CONN)
+            func (weft__context_tail (c), data);
+          c = c->reg_next;
+        }
+      weft__mutex_unlock (&engine->ctx_lock);
+      /* Outside the lock: the last reference frees and unlinks. */
+      if (pinned != NULL)
+        weft__context_internal_unref (pinned);
+      pinned = c;
+      if (c == NULL)
+        return;
+      if (G_UNLIKELY (weft__foreach_tail_unlocked_hook != NULL))
+        weft__foreach_tail_unlocked_hook (weft__context_tail (c));
+      /* pthread mutexes are not fair: locking again at once would take
+       * the lock back before a waiter, being woken, could. Let those
+       * blocked now go first (bounded: new ones may keep coming). */
+      gint64 until = 0;
+      while (atomic_load (&engine->ctx_lock_waiters) != 0)
+        {
+          gint64 now = g_get_monotonic_time ();
+          if (until == 0)
+            until = now + FOREACH_TAIL_YIELD_US;
+          else if (now >= until)
+            break;
+          sched_yield ();
+        }
+      weft__mutex_lock (&engine->ctx_lock);
+    }
 }
 
 /* When the engine dies: destroys every context still open, so their
@@ -106,7 +179,7 @@ void
 weft__engine_destroy_contexts (WeftEngine *engine)
 {
   GPtrArray *open = g_ptr_array_new ();
-  weft__mutex_lock (&engine->ctx_lock);
+  ctx_list_lock (engine);
   for (WeftContext *c = engine->contexts; c != NULL; c = c->reg_next)
     if (!(atomic_load (&c->state) & WEFT_CTX_CLOSED))
       {
@@ -184,7 +257,7 @@ weft__context_internal_unref (WeftContext *self)
     }
   g_free (front);
   WeftEngine *engine = self->engine;
-  weft__mutex_lock (&engine->ctx_lock);
+  ctx_list_lock (engine);
   if (self->reg_prev != NULL)
     self->reg_prev->reg_next = self->reg_next;
   else

@@ -379,6 +379,9 @@ struct _WeftEngine {
    * them (their sources hold the last references of connections). */
   WeftMutex ctx_lock;
   WeftContext *contexts;    /* HOLDS: ctx_lock; doubly linked via reg_next */
+  atomic_uint ctx_lock_waiters; /* threads blocked on ctx_lock: a long walk
+                                 * over the list lets them in between its
+                                 * batches (weft__engine_foreach_tail()) */
 
   /* Timers: one heap entry per context, keyed by its earliest deadline. */
   WeftMutex timer_lock;

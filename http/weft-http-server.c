@@ -1289,9 +1289,11 @@ static void
 on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
 {
   WeftHttpServer *server = user_data;
-  /* The listener's accept jobs and TLS handshakes end after the server's
-   * last reference went (its memory is the listener's until then): the
-   * connection is refused. */
+  /* The listener calls no more after its last reference went, but that
+   * is not always the server's (the application may hold the listener),
+   * and a call begun before may still run on another worker while the
+   * server's last reference goes (its memory is the listener's until
+   * then): the connection is refused. */
   if (!server_try_ref (server))
     {
       weft_connection_abort (conn);

@@ -39,6 +39,7 @@ typedef struct {
 struct _WeftListener {
   gint ref_count;           /* (atomic) public references */
   gint internal_refs;       /* (atomic) 1 while ref_count > 0, +1 per live connection */
+  atomic_bool refusing;     /* the last public reference is gone: hand nothing over */
   WeftEngine *engine;       /* borrowed; ctx keeps it alive */
   WeftContext *ctx;
 
@@ -90,10 +91,13 @@ static void stop_accepting (WeftListener *self);
  * Creates a listener without sockets. Add them with
  * weft_listener_add_tcp() and friends, then weft_listener_start().
  *
- * A connection accepted before the listener's last reference is dropped
- * may still be handed to @func after that (its accept job was queued, or
- * its TLS handshake ends later): @user_data must stay valid until @notify
- * runs, not only until weft_listener_unref().
+ * Once the last weft_listener_unref() has returned, @func is not called
+ * again: a connection accepted before it that was not handed over yet (its
+ * job was still queued, or its TLS handshake was going on) is aborted
+ * instead. A call that began before, on another worker, may still be
+ * running when weft_listener_unref() returns (it does not wait, so it may
+ * be called from @func itself); @notify runs after every call has
+ * returned and every connection the listener accepted has closed, once.
  *
  * Returns: (transfer full): a new listener
  */
@@ -186,8 +190,9 @@ stop_accepting_job (gpointer data)
  * @self: (nullable) (transfer full): a listener
  *
  * Drops a reference. The last one stops accepting and closes the
- * listening sockets; connections already accepted go on until they close.
- * Any thread.
+ * listening sockets; connections already handed to the listener's function
+ * go on until they close, and those not handed over yet are aborted (see
+ * weft_listener_new()). Any thread.
  */
 void
 weft_listener_unref (WeftListener *self)
@@ -196,6 +201,9 @@ weft_listener_unref (WeftListener *self)
     return;
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
+  /* First of all: from here on hand_over() refuses (sequentially
+   * consistent with its load, so a call not begun yet cannot begin). */
+  atomic_store (&self->refusing, TRUE);
   /* Close the sockets on the listener's context, so no accept callback is
    * running on them. The job holds the internal reference. */
   pthread_mutex_lock (&self->lock);
@@ -408,9 +416,23 @@ weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
   listener_internal_unref (self); /* the connection's reference */
 }
 
+/* Whether the listener's last public reference is gone: then a connection
+ * not handed over yet is aborted, so @func never runs after the last
+ * weft_listener_unref() returned (and @user_data may be gone). */
+static gboolean
+refuse (WeftListener *self, WeftConnection *conn)
+{
+  if (!atomic_load (&self->refusing))
+    return FALSE;
+  weft_connection_abort (conn);
+  return TRUE;
+}
+
 static void
 hand_over (WeftListener *self, WeftConnection *conn)
 {
+  if (refuse (self, conn))
+    return;
   self->func (self, conn, self->user_data);
   /* Nobody is reading or listening: nothing could ever happen on it. */
   if (!weft_connection_is_closed (conn) && !weft__connection_has_callbacks (conn))
@@ -449,7 +471,7 @@ accepted_job (gpointer data)
 {
   Accepted *a = data;
   WeftListener *self = a->listener;
-  if (weft_connection_is_closed (a->conn))
+  if (weft_connection_is_closed (a->conn) || refuse (self, a->conn))
     return;
   if (self->tls != NULL)
     {

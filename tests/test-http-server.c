@@ -1030,6 +1030,92 @@ test_keepalive_timeout (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/keepalive-timeout-amid-churn ------------------------- */
+
+#define CHURN_IDLE 1500
+
+typedef struct {
+  guint16 port;
+  atomic_bool stop;
+  atomic_uint served;
+} HttpChurn;
+
+/* A request and its answer on @fd, which stays open (keep-alive). */
+static void
+get_hello (int fd)
+{
+  wt_send_str (fd, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+  char buf[512];
+  gsize got = 0;
+  while (got < 13 || memcmp (buf + got - 13, "Hello, World!", 13) != 0)
+    {
+      ssize_t n = recv (fd, buf + got, sizeof buf - got, 0);
+      g_assert_cmpint (n, >, 0);
+      got += (gsize) n;
+    }
+}
+
+/* Connections that come and go while the sweeps walk. */
+static gpointer
+http_churn_thread (gpointer data)
+{
+  HttpChurn *c = data;
+  while (!atomic_load (&c->stop))
+    {
+      int fd = wt_connect_tcp (c->port);
+      get_hello (fd);
+      close (fd);
+      atomic_fetch_add (&c->served, 1);
+    }
+  return NULL;
+}
+
+/* The keep-alive sweep walks the connections in batches, letting go of
+ * the lock between them while others are made and freed: enough idle
+ * connections for several batches, and a thread opening and closing more
+ * all along, must not make it miss one. Every idle connection is closed
+ * by the server (300 ms keep-alive), the churn goes on meanwhile. */
+static void
+test_keepalive_timeout_amid_churn (void)
+{
+  wt_raise_nofile (2 * CHURN_IDLE + 256);
+  Srv s;
+  GError *error = NULL;
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  weft_http_server_add_handler (s.server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_set_timeouts (s.server, 60000, 300);
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+  g_assert_no_error (error);
+
+  HttpChurn churn = { .port = s.port };
+  GThread *th = g_thread_new ("churn", http_churn_thread, &churn);
+  int *fds = g_new (int, CHURN_IDLE);
+  for (guint i = 0; i < CHURN_IDLE; i++)
+    {
+      fds[i] = wt_connect_tcp (s.port);
+      get_hello (fds[i]);
+    }
+  /* Each is closed by the server: EOF, within the sockets' deadline. */
+  for (guint i = 0; i < CHURN_IDLE; i++)
+    {
+      char b;
+      ssize_t n = recv (fds[i], &b, 1, 0);
+      if (n != 0)
+        g_error ("idle connection %u: recv %zd (%s)", i, n, n < 0 ? g_strerror (errno) : "data");
+      close (fds[i]);
+    }
+  atomic_store (&churn.stop, TRUE);
+  g_thread_join (th);
+  g_test_message ("%u connections came and went meanwhile", atomic_load (&churn.served));
+  g_assert_cmpuint (atomic_load (&churn.served), >, 0);
+  g_free (fds);
+  srv_stop (&s);
+}
+
 /* A client that connects and never sends a byte is held to the header
  * timeout (300 ms), not the keep-alive timeout (60 s, longer than the
  * socket's receive deadline here), and closed without an answer. */
@@ -1515,6 +1601,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/limits", test_limits);
   g_test_add_func ("/http-server/body-timeouts", test_body_timeouts);
   g_test_add_func ("/http-server/keepalive-timeout", test_keepalive_timeout);
+  g_test_add_func ("/http-server/keepalive-timeout-amid-churn",
+                   test_keepalive_timeout_amid_churn);
   g_test_add_func ("/http-server/access-log", test_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);

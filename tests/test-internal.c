@@ -560,6 +560,164 @@ test_jobcache_cross_thread (void)
     }
 }
 
+/* ---- /internal/foreach-tail-churn -------------------------------------- */
+
+#define TAIL_STABLE 20000
+#define TAIL_CHURN_LIVE 64
+#define TAIL_CHURN_TAG G_GUINT64_CONSTANT (0xC0000000)
+#define TAIL_VICTIM_TAG G_GUINT64_CONSTANT (0xF0000000)
+/* Two victims before each stable context: the batch (256, 1 modulo 3)
+ * ends on a victim two times out of three, whatever the list's head. */
+#define TAIL_VICTIMS (2 * TAIL_STABLE)
+
+typedef struct {
+  WeftEngine *engine;
+  atomic_bool stop;
+  atomic_uint made;
+} TailChurn;
+
+static WeftContext *
+tail_context (WeftEngine *engine, guint64 id)
+{
+  WeftContext *ctx = weft__context_new_with_tail (engine, sizeof (guint64));
+  *(guint64 *) weft__context_tail (ctx) = id;
+  weft__context_mark_tail_conn (ctx);
+  return ctx;
+}
+
+static void
+tail_context_free (WeftContext *ctx)
+{
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+}
+
+/* Makes and frees marked contexts all the time, so that the walk's
+ * batches contend with them for the lock. */
+static gpointer
+tail_churn_thread (gpointer data)
+{
+  TailChurn *tc = data;
+  WeftContext *ring[TAIL_CHURN_LIVE] = { NULL };
+  guint i = 0;
+  while (!atomic_load (&tc->stop))
+    {
+      if (ring[i] != NULL)
+        tail_context_free (ring[i]);
+      ring[i] = tail_context (tc->engine, TAIL_CHURN_TAG | i);
+      i = (i + 1) % TAIL_CHURN_LIVE;
+      atomic_fetch_add (&tc->made, 1);
+    }
+  for (i = 0; i < TAIL_CHURN_LIVE; i++)
+    if (ring[i] != NULL)
+      tail_context_free (ring[i]);
+  return NULL;
+}
+
+/* Among the stable contexts, victims: the hook frees the one the walk is
+ * to go on from. */
+static WeftContext **tail_victims;
+static guint *tail_victim_seen; /* -1u: not freed yet; -2u: in an earlier walk */
+static guint tail_victims_freed;
+
+static void
+free_victim_at_cursor (gpointer next_tail)
+{
+  guint64 id = *(guint64 *) next_tail;
+  if ((id & TAIL_VICTIM_TAG) != TAIL_VICTIM_TAG)
+    return;
+  guint i = (guint) (id & ~TAIL_VICTIM_TAG);
+  g_assert_cmpuint (i, <, TAIL_VICTIMS);
+  g_assert_nonnull (tail_victims[i]);
+  tail_context_free (tail_victims[i]);
+  tail_victims[i] = NULL;
+  tail_victim_seen[i] = 0;
+  tail_victims_freed++;
+}
+
+static void
+count_tail (gpointer tail, gpointer data)
+{
+  guint *seen = data;
+  guint64 id = *(guint64 *) tail; /* a freed tail: ASan and valgrind see it */
+  if ((id & TAIL_VICTIM_TAG) == TAIL_VICTIM_TAG)
+    {
+      guint i = (guint) (id & ~TAIL_VICTIM_TAG);
+      if (tail_victim_seen[i] == -2u)
+        g_error ("victim %u visited a walk after it was freed", i);
+      if (tail_victim_seen[i] != -1u)
+        tail_victim_seen[i]++;
+    }
+  else if ((id & TAIL_CHURN_TAG) == TAIL_CHURN_TAG)
+    g_assert_cmpuint (id & ~TAIL_CHURN_TAG, <, TAIL_CHURN_LIVE);
+  else
+    {
+      g_assert_cmpuint (id, <, TAIL_STABLE);
+      seen[id]++;
+    }
+}
+
+static void
+test_foreach_tail_churn (void)
+{
+  g_test_summary ("weft__engine_foreach_tail() drops the lock between batches: contexts "
+                  "made and freed meanwhile, the one it goes on from included, neither "
+                  "break the walk nor make it visit a context twice or skip one that "
+                  "stays in the list");
+
+  WeftEngine *engine = weft_engine_new (2, NULL);
+  WeftContext **stable = g_new (WeftContext *, TAIL_STABLE);
+  tail_victims = g_new (WeftContext *, TAIL_VICTIMS);
+  tail_victim_seen = g_new (guint, TAIL_VICTIMS);
+  for (guint i = 0; i < TAIL_VICTIMS; i++)
+    {
+      tail_victims[i] = tail_context (engine, TAIL_VICTIM_TAG | i);
+      tail_victim_seen[i] = -1u;
+      if (i % 2 == 1)
+        stable[i / 2] = tail_context (engine, i / 2);
+    }
+  TailChurn tc = { .engine = engine };
+  GThread *th = g_thread_new ("churn", tail_churn_thread, &tc);
+  guint *seen = g_new (guint, TAIL_STABLE);
+  guint walks = 0;
+  weft__foreach_tail_unlocked_hook = free_victim_at_cursor;
+  /* At least 20 walks, and until the churn has gone round a few times
+   * during them (it may start late on a loaded machine). */
+  while (walks < 20 || (atomic_load (&tc.made) < 4 * TAIL_CHURN_LIVE && walks < 100000))
+    {
+      memset (seen, 0, TAIL_STABLE * sizeof *seen);
+      weft__engine_foreach_tail (engine, count_tail, seen);
+      for (guint i = 0; i < TAIL_STABLE; i++)
+        if (seen[i] != 1)
+          g_error ("walk %u saw context %u %u times", walks, i, seen[i]);
+      for (guint i = 0; i < TAIL_VICTIMS; i++)
+        {
+          /* Freed as the walk was about to go on from it: still visited
+           * then, once (it stays linked until the walk lets it go). */
+          if (tail_victim_seen[i] < -2u && tail_victim_seen[i] != 1)
+            g_error ("walk %u saw victim %u %u times", walks, i, tail_victim_seen[i]);
+          tail_victim_seen[i] = tail_victims[i] != NULL ? -1u : -2u;
+        }
+      walks++;
+    }
+  weft__foreach_tail_unlocked_hook = NULL;
+  atomic_store (&tc.stop, TRUE);
+  g_thread_join (th);
+  g_test_message ("%u walks, %u victims freed at the cursor, %u contexts made meanwhile",
+                  walks, tail_victims_freed, atomic_load (&tc.made));
+  g_assert_cmpuint (tail_victims_freed, >=, walks);
+  for (guint i = 0; i < TAIL_STABLE; i++)
+    tail_context_free (stable[i]);
+  for (guint i = 0; i < TAIL_VICTIMS; i++)
+    if (tail_victims[i] != NULL)
+      tail_context_free (tail_victims[i]);
+  g_free (stable);
+  g_free (tail_victims);
+  g_free (tail_victim_seen);
+  g_free (seen);
+  weft_engine_unref (engine);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -574,5 +732,6 @@ main (int argc, char *argv[])
                    test_mpsc_nonempty_while_stub_repushed);
   g_test_add_func ("/internal/mpsc-quiet", test_mpsc_quiet);
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
+  g_test_add_func ("/internal/foreach-tail-churn", test_foreach_tail_churn);
   return g_test_run ();
 }

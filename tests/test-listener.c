@@ -52,6 +52,72 @@ test_tcp_port_zero (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /listener/unref-refuses-queued ------------------------------------ */
+
+typedef struct {
+  WtGate gate;         /* the first call waits here */
+  atomic_int calls;    /* the accept function's */
+  atomic_int notified; /* the listener's notify */
+} Queued;
+
+static void
+queued_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
+{
+  Queued *q = user_data;
+  if (atomic_fetch_add (&q->calls, 1) == 0)
+    wt_gate_wait (&q->gate);
+  /* No callbacks, no reference: the listener closes the connection. */
+}
+
+static void
+queued_notify (gpointer data)
+{
+  Queued *q = data;
+  atomic_fetch_add (&q->notified, 1);
+}
+
+/* Two connections wait in the backlog before the listener starts, so one
+ * batch accepts both and queues their jobs on the only worker. The first
+ * call blocks there while the last reference goes: it was begun and
+ * finishes, but the second connection, still queued, is aborted without
+ * a call; the notify runs once, after the first call returned. */
+static void
+test_unref_refuses_queued (void)
+{
+  WeftEngine *engine = wt_engine_new (1);
+  Queued q = { 0 };
+  wt_gate_init (&q.gate);
+  WeftListener *l = weft_listener_new (engine, queued_accept, &q, queued_notify);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  guint16 port = weft_listener_get_port (l, 0);
+  int fds[2] = { wt_connect_tcp (port), wt_connect_tcp (port) };
+  g_assert_true (weft_listener_start (l, &error));
+  g_assert_no_error (error);
+  WT_WAIT_UNTIL (atomic_load (&q.gate.entered) == 1);
+  g_assert_cmpint (atomic_load (&q.gate.entered), ==, 1);
+  g_assert_cmpuint (weft_listener_get_n_accepted (l), ==, 2);
+
+  weft_listener_unref (l); /* the last reference, while a call runs */
+  g_assert_cmpint (atomic_load (&q.notified), ==, 0);
+  wt_gate_open (&q.gate);
+  for (guint i = 0; i < 2; i++)
+    {
+      GByteArray *got = wt_recv_to_eof (fds[i], TRUE, NULL);
+      g_assert_cmpuint (got->len, ==, 0);
+      g_byte_array_unref (got);
+      close (fds[i]);
+    }
+  WT_WAIT_UNTIL (atomic_load (&q.notified) == 1);
+  g_assert_cmpint (atomic_load (&q.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&q.calls), ==, 1);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&q.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&q.calls), ==, 1);
+  wt_gate_clear (&q.gate);
+}
+
 /* ---- /listener/ipv6 ---------------------------------------------------- */
 
 static void
@@ -621,6 +687,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/listener/tcp-port-zero", test_tcp_port_zero);
+  g_test_add_func ("/listener/unref-refuses-queued", test_unref_refuses_queued);
   g_test_add_func ("/listener/ipv6", test_ipv6);
   g_test_add_func ("/listener/unix", test_unix);
   g_test_add_func ("/listener/address-in-use", test_address_in_use);

@@ -626,6 +626,79 @@ test_http_server_gone_in_handshake (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/listener-unref-in-handshake ---------------------------------- */
+
+typedef struct {
+  atomic_int calls;    /* the accept function's */
+  atomic_int notified; /* the listener's notify */
+} Refused;
+
+static void
+refused_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
+{
+  Refused *r = user_data;
+  atomic_fetch_add (&r->calls, 1);
+}
+
+static void
+refused_notify (gpointer data)
+{
+  Refused *r = data;
+  atomic_fetch_add (&r->notified, 1);
+}
+
+/* A plain TLS listener's last reference goes while a connection it
+ * accepted is in its handshake; the client then completes it. The
+ * accept function must not run (its data may be gone), the connection is
+ * closed, and the notify runs once. */
+static void
+test_listener_unref_in_handshake (void)
+{
+  WeftTlsConfig *config = server_config (certs.localhost);
+  WeftEngine *engine = wt_engine_new (2);
+  Refused r = { 0 };
+  WeftListener *listener = weft_listener_new (engine, refused_accept, &r, refused_notify);
+  weft_listener_set_tls (listener, config);
+  GError *error = NULL;
+  g_assert_true (weft_listener_add_tcp (listener, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  g_assert_true (weft_listener_start (listener, &error));
+  g_assert_no_error (error);
+  guint16 port = weft_listener_get_port (listener, 0);
+
+  /* TCP only: the server accepts and waits for a ClientHello. */
+  int fd = wt_connect_tcp (port);
+  WT_WAIT_UNTIL (weft_listener_get_n_accepted (listener) == 1);
+  g_assert_cmpuint (weft_listener_get_n_accepted (listener), ==, 1);
+  weft_listener_unref (listener); /* the last reference */
+  g_assert_cmpint (atomic_load (&r.notified), ==, 0); /* a connection is live */
+
+  WeftTlsConfig *cconfig = client_config ();
+  WeftContext *ctx = weft_context_new (engine);
+  WeftConnection *conn = weft_connection_new (ctx, fd, &error);
+  g_assert_no_error (error);
+  Gone g = { .got = g_byte_array_new () };
+  weft_connection_start_tls (conn, cconfig, "localhost", gone_connected, &g, NULL);
+  weft_context_dispatch (ctx);
+  WT_WAIT_UNTIL (atomic_load (&g.state) == 2);
+  g_assert_cmpint (atomic_load (&g.state), ==, 2);
+  g_test_message ("client handshake %s", g.shook ? "done" : "cut off");
+  g_assert_cmpuint (g.got->len, ==, 0);
+  WT_WAIT_UNTIL (atomic_load (&r.notified) == 1);
+  g_assert_cmpint (atomic_load (&r.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&r.calls), ==, 0);
+
+  g_byte_array_unref (g.got);
+  weft_connection_unref (conn);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_tls_config_unref (cconfig);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&r.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&r.calls), ==, 0);
+  weft_tls_config_unref (config);
+}
+
 /* ---- /tls/expired-cert ------------------------------------------------- */
 
 /* A server with an expired certificate: both Weft's client and Python's
@@ -1130,6 +1203,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/python-echo", test_python_echo);
   g_test_add_func ("/tls/weft-client", test_weft_client);
   g_test_add_func ("/tls/http-server-gone-in-handshake", test_http_server_gone_in_handshake);
+  g_test_add_func ("/tls/listener-unref-in-handshake", test_listener_unref_in_handshake);
   g_test_add_func ("/tls/expired-cert", test_expired_cert);
   g_test_add_func ("/tls/sni", test_sni);
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
