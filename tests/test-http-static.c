@@ -9,6 +9,9 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <utime.h>
+
+#include <glib/gstdio.h>
 
 typedef struct {
   WeftEngine *engine;
@@ -51,6 +54,18 @@ srv_stop (Srv *s)
   gchar *cmd[] = { "rm", "-rf", s->root, NULL };
   g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
   g_free (s->root);
+}
+
+/* Sends @req on a fresh connection and reads until the server closes. */
+static gchar *
+exchange_to_close (guint16 port, const char *req)
+{
+  int fd = wt_connect_tcp (port);
+  wt_send_str (fd, req);
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  close (fd);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  return (gchar *) g_byte_array_free (got, FALSE);
 }
 
 static guint
@@ -116,11 +131,92 @@ test_unread_answers_hold_few_fds (void)
   srv_stop (&s);
 }
 
+static gchar *
+get (guint16 port, const char *path, const char *extra)
+{
+  gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n%s\r\n",
+                                path, extra != NULL ? extra : "");
+  gchar *got = exchange_to_close (port, req);
+  g_free (req);
+  return got;
+}
+
+/* The value of header @name (with its ": ") in the answer @got. */
+static gchar *
+header_of (const char *got, const char *name)
+{
+  const char *h = strstr (got, name);
+  g_assert_nonnull (h);
+  h += strlen (name);
+  return g_strndup (h, (gsize) (strstr (h, "\r\n") - h));
+}
+
+static void
+expect_answer (gchar *got, const char *status_line, const char *body)
+{
+  const char *end = strstr (got, "\r\n\r\n");
+  if (!g_str_has_prefix (got, status_line) || end == NULL || strcmp (end + 4, body) != 0)
+    g_error ("expected %s with body %s, got:\n%s", status_line, body, got);
+  g_free (got);
+}
+
+/* RFC 9110 §13.1.5: a Range under If-Range is served only while the
+ * validator still matches (the entity tag strongly, or the Last-Modified
+ * date exactly); otherwise the whole file, 200. The range was served
+ * whatever If-Range said: a client resuming a download of a file changed
+ * since got a piece of the new file to append to the old one. */
+static void
+test_if_range (void)
+{
+  static const char *const names[] = { "a.txt", NULL };
+  static const char *const contents[] = { "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  /* Modified long ago: its date is a strong validator. */
+  gchar *path = g_build_filename (s.root, "a.txt", NULL);
+  struct utimbuf past = { 1600000000, 1600000000 };
+  g_assert_cmpint (g_utime (path, &past), ==, 0);
+  g_free (path);
+
+  gchar *got = get (s.port, "/a.txt", NULL);
+  gchar *etag = header_of (got, "\r\nETag: ");
+  gchar *modified = header_of (got, "\r\nLast-Modified: ");
+  g_free (got);
+
+  gchar *extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: %s\r\n", etag);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 206 ", "234");
+  g_free (extra);
+  extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: %s\r\n", modified);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 206 ", "234");
+  g_free (extra);
+  /* A validator of another version of the file: the whole file. */
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=2-4\r\nIf-Range: \"1-2-3\"\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: W/%s\r\n", etag);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 200 ", "0123456789");
+  g_free (extra);
+  expect_answer (get (s.port, "/a.txt",
+                      "Range: bytes=2-4\r\nIf-Range: Sun, 06 Nov 1994 08:49:37 GMT\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=2-4\r\nIf-Range: garbage\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  /* Nor does a stale If-Range turn an unsatisfiable range into a 416. */
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=99-\r\nIf-Range: \"1-2-3\"\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  /* Without a Range, If-Range means nothing. */
+  expect_answer (get (s.port, "/a.txt", "If-Range: \"1-2-3\"\r\n"), "HTTP/1.1 200 ",
+                 "0123456789");
+  g_free (modified);
+  g_free (etag);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   signal (SIGPIPE, SIG_IGN);
   g_test_add_func ("/http-static/unread-answers-hold-few-fds", test_unread_answers_hold_few_fds);
+  g_test_add_func ("/http-static/if-range", test_if_range);
   return g_test_run ();
 }
