@@ -344,7 +344,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
            * raw one could start with "//", which a browser takes for
            * another host. */
           gchar *esc = g_uri_escape_string (full, "/", FALSE);
-          gchar *loc = g_strconcat ("/", esc, "/", NULL);
+          /* The root itself ("/." or "/%2e": full is "") is "/", not "//". */
+          gchar *loc = g_strconcat ("/", esc, *esc != '\0' ? "/" : "", NULL);
           weft_http_request_add_response_header (req, "Location", loc);
           g_free (loc);
           g_free (esc);

@@ -211,6 +211,29 @@ test_if_range (void)
   srv_stop (&s);
 }
 
+/* A directory named without its trailing slash is redirected to the
+ * name with it; for the root itself, spelled "/." or "/%2e", that is "/".
+ * It was "//": a network-path reference with no host, which no client
+ * can follow and which the redirect code means never to send. */
+static void
+test_root_redirect (void)
+{
+  static const char *const names[] = { "index.html", NULL };
+  static const char *const contents[] = { "home", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  const char *const paths[] = { "/.", "/%2e", "/./.", "/%2E" };
+  for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
+    {
+      gchar *got = get (s.port, paths[i], NULL);
+      if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || strstr (got, "\r\nLocation: /\r\n") == NULL)
+        g_error ("%s:\n%s", paths[i], got);
+      g_free (got);
+    }
+  expect_answer (get (s.port, "/", NULL), "HTTP/1.1 200 ", "home");
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -218,5 +241,6 @@ main (int argc, char **argv)
   signal (SIGPIPE, SIG_IGN);
   g_test_add_func ("/http-static/unread-answers-hold-few-fds", test_unread_answers_hold_few_fds);
   g_test_add_func ("/http-static/if-range", test_if_range);
+  g_test_add_func ("/http-static/root-redirect", test_root_redirect);
   return g_test_run ();
 }
