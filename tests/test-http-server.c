@@ -451,6 +451,40 @@ test_expect_continue (void)
   srv_stop (&s);
 }
 
+/* RFC 9110 §10.1.1: a request with Expect: 100-continue that arrives
+ * behind one still being answered gets its 100 once it is the oldest, so
+ * its client, holding the body back until then, sends it. It got none:
+ * the 100 was only sent when the head arrived at the front of the line,
+ * and client and server then waited for each other (until the client's
+ * own patience or the body timeout). */
+static void
+test_expect_continue_behind_late_answer (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /late HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                   "Content-Length: 5\r\nConnection: close\r\n\r\n");
+  /* The late answer (800 ms), then the 100. */
+  GString *got = g_string_new (NULL);
+  while (!g_str_has_suffix (got->str, "\r\n\r\nlate"))
+    {
+      char c;
+      wt_recv_exactly (fd, &c, 1);
+      g_string_append_c (got, c);
+    }
+  g_assert_true (g_str_has_prefix (got->str, "HTTP/1.1 200 "));
+  g_string_free (got, TRUE);
+  char cont[25];
+  wt_recv_exactly (fd, cont, sizeof cont);
+  g_assert_cmpmem (cont, sizeof cont, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  wt_send_str (fd, "hello");
+  expect_hello_echo (fd, "after a late 100-continue");
+  close (fd);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -1498,6 +1532,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
   g_test_add_func ("/http-server/chunked-body", test_chunked_body);
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
+  g_test_add_func ("/http-server/expect-continue-behind-late-answer",
+                   test_expect_continue_behind_late_answer);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
