@@ -619,7 +619,8 @@ header_timed_out (gpointer data)
 /* Once a second while a body arrives: too long without a byte, or too slow
  * on average once the body has taken longer than the body timeout, is a
  * 408 (small bodies never meet the rate rule). A streamed body that its
- * handler has not asked for yet is not the client's delay. */
+ * handler has not asked for yet is not the client's delay, nor is a body
+ * held back for a 100 (Continue) not sent yet. */
 static gboolean
 body_check (gpointer data)
 {
@@ -632,9 +633,11 @@ body_check (gpointer data)
       hc->timer = 0;
       return G_SOURCE_REMOVE;
     }
-  if (hc->body_paused)
+  if (hc->body_paused || (req->expect_continue && req->in_bytes == 0))
     {
-      req->in_last_us = now;
+      /* Its client waits for the 100 (Continue), due once the answers
+       * before it are out: not the client's delay either. */
+      req->in_start_us = req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }
   gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
