@@ -633,10 +633,12 @@ body_check (gpointer data)
       hc->timer = 0;
       return G_SOURCE_REMOVE;
     }
-  if (hc->body_paused || (req->expect_continue && req->in_bytes == 0))
+  if (hc->body_paused || (req->expect_continue && req->in_bytes == 0 &&
+                           weft_http_pending_peek (hc) != req && !atomic_load (&req->responded)))
     {
       /* Its client waits for the 100 (Continue), due once the answers
-       * before it are out: not the client's delay either. */
+       * before it are out: not the client's delay either. (Once it is the
+       * oldest the 100 is sent, or not due: answered already.) */
       req->in_start_us = req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }
