@@ -48,7 +48,7 @@ G_DEFINE_ENUM_TYPE (WeftConnectionEvent, weft_connection_event,
 /* Queued file parts that block the writer whatever their bytes: each holds
  * a descriptor, so a peer that asks for many small files and reads nothing
  * held thousands of them under the byte mark (4,938 for one pipelining
- * client of weft-httpd: the process ran out of descriptors). */
+ * client of weft-httpd, far past the usual limit of 1,024 a process). */
 #define MAX_QUEUED_FILES 16
 #define SMALL_CHUNK 1024              /* copies smaller than this share chunks */
 #define CHUNK_ALLOC 1024              /* a small chunk's allocation, header included:
