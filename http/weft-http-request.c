@@ -1180,6 +1180,8 @@ weft_http_send_continue (WeftHttpRequest *req)
     return;
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
   req->expect_continue = FALSE;
+  /* The body's clock starts now: the client was waiting for this. */
+  req->in_start_us = req->in_last_us = g_get_monotonic_time ();
   weft_connection_write (hc->conn, (const guint8 *) cont, sizeof cont - 1);
 }
 

@@ -523,12 +523,13 @@ test_expect_continue_behind_late_answer (void)
 }
 
 /* The same behind an answer that takes longer (1.5 s) than the body
- * timeout (300 ms): the client that waits for its 100 is not a slow body,
- * and gets no 408 while it waits. */
+ * timeout (700 ms): the client that waits for its 100 is not a slow body,
+ * and gets no 408 while it waits (the first body check, at 1 s, gave one);
+ * its body's clock starts with the 100. */
 static void
 test_expect_continue_waits_past_body_timeout (void)
 {
-  expect_continue_behind ("/coro-late", 300, "PUT", "/echo", "hello");
+  expect_continue_behind ("/coro-late", 700, "PUT", "/echo", "hello");
 }
 
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
