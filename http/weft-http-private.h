@@ -65,7 +65,7 @@ struct _WeftHttpRequest {
   guint minor;
   gboolean keep_alive;
   gboolean is_head;         /* HEAD: no body in the response */
-  gboolean expect_continue;
+  gboolean expect_continue;  /* and its 100 (Continue) not sent yet */
   gboolean has_body;        /* the request has a body to read */
   GString *extra;           /* response headers added by the handler */
   gint64 start_us;          /* head complete: latency and log */
@@ -241,6 +241,7 @@ guint weft__http_server_n_live (WeftHttpServer *self);
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);
 WeftHttpRequest *weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len);
 void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
+void weft_http_send_continue (WeftHttpRequest *req);
 void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);
 void weft_http_producer_release (WeftHttpRequest *req);

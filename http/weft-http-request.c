@@ -1161,15 +1161,28 @@ read_body_job (gpointer data)
       body_abandon (req);
       return;
     }
-  /* The client waits for this before sending the body; say it only if
-   * nothing of the body came yet and no earlier answer is still due. */
-  if (req->expect_continue && req->in_bytes == 0 && weft_http_pending_peek (hc) == req &&
-      !atomic_load (&req->responded))
-    {
-      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      weft_connection_write (hc->conn, (const guint8 *) cont, sizeof cont - 1);
-    }
+  weft_http_send_continue (req);
   weft_http_resume_body (hc);
+}
+
+/* The 100 (Continue) of @req, the request whose body is being read, if it
+ * asked for one and it is due: the client waits for it before sending the
+ * body. Only if nothing of the body came yet, no earlier answer is still
+ * due (it would overtake it: then weft_http_flush_ready() sends it once
+ * those are out), the request is not answered already, and a streamed
+ * body's handler has asked for the body. Once. */
+void
+weft_http_send_continue (WeftHttpRequest *req)
+{
+  HttpConn *hc = req->hc;
+  if (!req->expect_continue || req->in_bytes != 0 || weft_http_pending_peek (hc) != req ||
+      atomic_load (&req->responded) || (req->stream_body && !atomic_load (&req->body_wanted)))
+    return;
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  req->expect_continue = FALSE;
+  /* The body's clock starts now: the client was waiting for this. */
+  req->in_start_us = req->in_last_us = g_get_monotonic_time ();
+  weft_connection_write (hc->conn, (const guint8 *) cont, sizeof cont - 1);
 }
 
 /**

@@ -407,6 +407,14 @@ flush_ready_corked (HttpConn *hc)
       close_lingering (hc);
       return;
     }
+  /* A request that came behind others got no 100 (Continue) then (it
+   * would have overtaken their answers): it is due now that the request
+   * is the oldest, or its client, holding the body back for it, and the
+   * server, waiting for the body, wait for each other (RFC 9110 §10.1.1).
+   * A streamed body's 100 waits for its handler to ask for the body. */
+  req = weft_http_pending_peek (hc);
+  if (req != NULL && req == hc->reading && !hc->closing)
+    weft_http_send_continue (req);
   if ((hc->n_pending == 0) && hc->reading == NULL && !hc->held)
     atomic_store_explicit (&hc->idle_since, now != 0 ? now : g_get_monotonic_time (),
                            memory_order_relaxed);
@@ -611,7 +619,8 @@ header_timed_out (gpointer data)
 /* Once a second while a body arrives: too long without a byte, or too slow
  * on average once the body has taken longer than the body timeout, is a
  * 408 (small bodies never meet the rate rule). A streamed body that its
- * handler has not asked for yet is not the client's delay. */
+ * handler has not asked for yet is not the client's delay, nor is a body
+ * held back for a 100 (Continue) not sent yet. */
 static gboolean
 body_check (gpointer data)
 {
@@ -624,9 +633,13 @@ body_check (gpointer data)
       hc->timer = 0;
       return G_SOURCE_REMOVE;
     }
-  if (hc->body_paused)
+  if (hc->body_paused || (req->expect_continue && req->in_bytes == 0 &&
+                           weft_http_pending_peek (hc) != req && !atomic_load (&req->responded)))
     {
-      req->in_last_us = now;
+      /* Its client waits for the 100 (Continue), due once the answers
+       * before it are out: not the client's delay either. (Once it is the
+       * oldest the 100 is sent, or not due: answered already.) */
+      req->in_start_us = req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }
   gboolean idle = limit[WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS] != 0 &&
@@ -1243,11 +1256,8 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
       start_body (hc, req, &head);
       if (req->stream_body)
         dispatch (hc, req); /* the handler decides whether to read the body */
-      else if (req->expect_continue && consumed == len && weft_http_pending_peek (hc) == req)
-        {
-          static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-          weft_connection_write (conn, (const guint8 *) cont, sizeof cont - 1);
-        }
+      else if (consumed == len)
+        weft_http_send_continue (req);
     }
   hc->unparsed = consumed < len && !only_empty_lines (data + consumed, len - consumed);
   /* Draining: stop once the request begun is whole. */

@@ -8,7 +8,7 @@
  * a time from the root with O_NOFOLLOW, so no symlink is followed at all:
  * stricter than RESOLVE_BENEATH, which follows symlinks that stay inside
  * the root. Bodies go out with sendfile; ETag and Last-Modified allow
- * 304; single byte ranges give 206 or 416.
+ * 304; single byte ranges give 206 or 416, under If-Range's condition.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -281,6 +281,24 @@ parse_range (const char *h, guint64 size, guint64 *off, guint64 *len)
   return 1;
 }
 
+/* RFC 9110 §13.1.5: whether the Range of a request with If-Range @h may
+ * be served, for a file of @etag modified at @mtime. An entity tag must
+ * match strongly (a weak one never does); a date must be the file's
+ * Last-Modified exactly, and that a strong validator: older than a second,
+ * or a second write within it would go unnoticed. Anything else sends the
+ * whole file: a client resuming a download of a file that changed
+ * meanwhile must not get a piece of the new one to splice onto the old. */
+static gboolean
+if_range_holds (const char *h, const char *etag, time_t mtime)
+{
+  if (h[0] == '"')
+    return strcmp (h, etag) == 0;
+  if (h[0] == 'W' && h[1] == '/')
+    return FALSE;
+  time_t t = parse_http_date (h);
+  return t >= 0 && t == mtime && time (NULL) - mtime >= 1;
+}
+
 static void
 answer_status (WeftHttpRequest *req, guint status)
 {
@@ -326,7 +344,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
            * raw one could start with "//", which a browser takes for
            * another host. */
           gchar *esc = g_uri_escape_string (full, "/", FALSE);
-          gchar *loc = g_strconcat ("/", esc, "/", NULL);
+          /* The root itself ("/." or "/%2e": full is "") is "/", not "//". */
+          gchar *loc = g_strconcat ("/", esc, *esc != '\0' ? "/" : "", NULL);
           weft_http_request_add_response_header (req, "Location", loc);
           g_free (loc);
           g_free (esc);
@@ -396,7 +415,11 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
     }
 
   guint64 size = (guint64) st.st_size, off = 0, len = size;
-  int r = parse_range (weft_http_request_get_header (req, "Range"), size, &off, &len);
+  const char *range = weft_http_request_get_header (req, "Range");
+  const char *if_range = weft_http_request_get_header (req, "If-Range");
+  if (range != NULL && if_range != NULL && !if_range_holds (if_range, etag, st.st_mtim.tv_sec))
+    range = NULL;
+  int r = parse_range (range, size, &off, &len);
   if (r < 0)
     {
       close (fd);
@@ -425,11 +448,12 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
  *
  * Serves the files under @root for GET and HEAD: a directory's
  * index.html, MIME types by extension, ETag and Last-Modified with 304,
- * single byte ranges (206, 416), bodies sent with sendfile. Nothing
- * outside @root is ever served: ".." segments (also percent-encoded) are
- * refused and files are opened with openat2(RESOLVE_BENEATH), so symlinks
- * cannot lead out either. Where openat2 is missing (Linux before 5.6), no
- * symlink under @root is followed at all. No directory listings.
+ * single byte ranges (206, 416; If-Range honoured), bodies sent with
+ * sendfile. Nothing outside @root is ever served: ".." segments (also
+ * percent-encoded) are refused and files are opened with
+ * openat2(RESOLVE_BENEATH), so symlinks cannot lead out either. Where
+ * openat2 is missing (Linux before 5.6), no symlink under @root is
+ * followed at all. No directory listings.
  *
  * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
  *   directory

@@ -45,6 +45,11 @@ G_DEFINE_ENUM_TYPE (WeftConnectionEvent, weft_connection_event,
 #define DEFAULT_MAX_READ_BUFFER (1024 * 1024)
 #define DEFAULT_HIGH_WATER (1024 * 1024)
 #define DEFAULT_LOW_WATER (256 * 1024)
+/* Queued file parts that block the writer whatever their bytes: each holds
+ * a descriptor, so a peer that asks for many small files and reads nothing
+ * held thousands of them under the byte mark (4,938 for one pipelining
+ * client of weft-httpd, far past the usual limit of 1,024 a process). */
+#define MAX_QUEUED_FILES 16
 #define SMALL_CHUNK 1024              /* copies smaller than this share chunks */
 #define CHUNK_ALLOC 1024              /* a small chunk's allocation, header included:
                                        * within glibc's per-thread cache (1032) */
@@ -164,6 +169,8 @@ struct _WeftConnection {
    * own, not bits beside the ones the context writes. */
   guint8 embedded;            /* in its context's tail, with its fd source */
   guint8 has_data;            /* and data for its owner after them */
+  guint8 wq_files;            /* file parts queued (MAX_QUEUED_FILES); sticks
+                               * at 255, then counts again from an empty queue */
 
   ReadCb reader;
   guint8 *rbuf;               /* unconsumed bytes; NULL when none */
@@ -333,6 +340,7 @@ drop_queue (WeftConnection *self)
     }
   self->wq_head = self->wq_tail = NULL;
   self->wq_bytes = 0;
+  self->wq_files = 0;
 }
 
 static void
@@ -1123,7 +1131,8 @@ do_reads (WeftConnection *self)
 static void
 check_high_water (WeftConnection *self)
 {
-  if (!self->above_high && self->wq_bytes > high_water (self))
+  if (!self->above_high &&
+      (self->wq_bytes > high_water (self) || self->wq_files > MAX_QUEUED_FILES))
     {
       self->above_high = TRUE;
       self->read_paused = TRUE;
@@ -1259,7 +1268,20 @@ queue_file (WeftConnection *self, int fd, guint64 offset, guint64 length)
   c->file.pos = offset;
   append_chunk (self, c);
   self->wq_bytes += length;
+  if (self->wq_files < G_MAXUINT8)
+    self->wq_files++;
   queued (self);
+}
+
+/* A file part left the queue. Past 255 the count is not known: it stays
+ * there (blocked) until the queue is empty. */
+static void
+file_sent (WeftConnection *self)
+{
+  if (self->wq_head == NULL)
+    self->wq_files = 0;
+  else if (self->wq_files < G_MAXUINT8)
+    self->wq_files--;
 }
 
 /**
@@ -1272,7 +1294,10 @@ queue_file (WeftConnection *self, int fd, guint64 offset, guint64 length)
  * @error: return location for a #GError
  *
  * Queues part of a file, sent with sendfile() (or read and encrypted, on a
- * TLS connection). Counts towards the write queue size like other bytes.
+ * TLS connection). Counts towards the write queue size like other bytes;
+ * and since each part queued holds a descriptor, more than 16 of them
+ * block the writer too (weft_connection_is_write_blocked()), until no
+ * more than 8 are left.
  *
  * Returns: %TRUE if queued; %FALSE with @error set if the connection is
  *   closed (%G_IO_ERROR_CLOSED) or @fd cannot be duplicated.
@@ -1348,7 +1373,8 @@ weft_connection_get_write_queued (WeftConnection *self)
  * peers that both pause deadlock once the kernel buffers between them
  * fill; a connection that must go on reading while it writes (a client
  * streaming a large upload to an echoing server) sets @high above what it
- * queues, for example %G_MAXSIZE.
+ * queues, for example %G_MAXSIZE. More than 16 file parts queued
+ * (weft_connection_send_file()) block it whatever the marks say.
  */
 void
 weft_connection_set_write_watermarks (WeftConnection *self, gsize high, gsize low)
@@ -1414,6 +1440,7 @@ flush_plain (WeftConnection *self)
                   if (self->wq_head == NULL)
                     self->wq_tail = NULL;
                   free_chunk (c);
+                  file_sent (self);
                 }
               continue;
             }
@@ -1531,10 +1558,13 @@ flush_tls (WeftConnection *self)
         }
       if (done)
         {
+          gboolean file = c->kind == CHUNK_FILE;
           self->wq_head = c->next;
           if (self->wq_head == NULL)
             self->wq_tail = NULL;
           free_chunk (c);
+          if (file)
+            file_sent (self);
         }
     }
   return TRUE;
@@ -1562,7 +1592,8 @@ flush (WeftConnection *self)
     return;
   if (self->wq_bytes < before)
     touch (self);
-  if (self->above_high && self->wq_bytes <= low_water (self))
+  if (self->above_high && self->wq_bytes <= low_water (self) &&
+      self->wq_files <= MAX_QUEUED_FILES / 2)
     {
       self->above_high = FALSE;
       self->read_paused = FALSE;

@@ -451,6 +451,87 @@ test_expect_continue (void)
   srv_stop (&s);
 }
 
+/* A coroutine handler that answers "late" after 1.5 s. */
+static void
+coro_late (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_assert_cmpint (weft_coro_sleep (1500), ==, 0);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "late", 4);
+}
+
+static void
+add_coro_late (WeftHttpServer *server)
+{
+  weft_http_server_add_handler_full (server, "GET", "/coro-late", WEFT_HTTP_HANDLER_COROUTINE,
+                                     coro_late, NULL, NULL);
+}
+
+/* GET @late_path, then @method @path with Expect: 100-continue behind
+ * it; the late answer must come, then the 100, then the answer @answer to
+ * the body "hello" sent after it. @request_ms: the header and body
+ * timeouts (0: defaults). */
+static void
+expect_continue_behind (const char *late_path, guint request_ms, const char *method,
+                        const char *path, const char *answer)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, request_ms, add_coro_late);
+  int fd = wt_connect_tcp (s.port);
+  gchar *reqs = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\n\r\n"
+                                 "%s %s HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                                 "Content-Length: 5\r\nConnection: close\r\n\r\n",
+                                 late_path, method, path);
+  wt_send_str (fd, reqs);
+  g_free (reqs);
+  GString *got = g_string_new (NULL);
+  while (!g_str_has_suffix (got->str, "\r\n\r\nlate"))
+    {
+      char c;
+      wt_recv_exactly (fd, &c, 1);
+      g_string_append_c (got, c);
+    }
+  g_assert_true (g_str_has_prefix (got->str, "HTTP/1.1 200 "));
+  g_string_free (got, TRUE);
+  char cont[25];
+  wt_recv_exactly (fd, cont, sizeof cont);
+  g_assert_cmpmem (cont, sizeof cont, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  wt_send_str (fd, "hello");
+  GByteArray *rest = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (rest, (const guint8 *) "", 1);
+  const char *end = strstr ((char *) rest->data, "\r\n\r\n");
+  if (!g_str_has_prefix ((char *) rest->data, "HTTP/1.1 200 ") || end == NULL ||
+      strcmp (end + 4, answer) != 0)
+    g_error ("%s %s after a late 100-continue:\n%s", method, path, (char *) rest->data);
+  g_byte_array_unref (rest);
+  close (fd);
+  srv_stop (&s);
+}
+
+/* RFC 9110 §10.1.1: a request with Expect: 100-continue that arrives
+ * behind one still being answered (800 ms later, from a thread) gets its
+ * 100 once it is the oldest, so its client, holding the body back until
+ * then, sends it. It got none: the 100 was only sent when the head
+ * arrived at the front of the line, and client and server then waited
+ * for each other (until the client's own patience or the body timeout). */
+static void
+test_expect_continue_behind_late_answer (void)
+{
+  expect_continue_behind ("/late", 0, "PUT", "/echo", "hello");
+  /* A streamed body's handler asks for it at once; the 100 still waits
+   * for the late answer. */
+  expect_continue_behind ("/late", 0, "POST", "/coro-body", "5 532");
+}
+
+/* The same behind an answer that takes longer (1.5 s) than the body
+ * timeout (700 ms): the client that waits for its 100 is not a slow body,
+ * and gets no 408 while it waits (the first body check, at 1 s, gave one);
+ * its body's clock starts with the 100. */
+static void
+test_expect_continue_waits_past_body_timeout (void)
+{
+  expect_continue_behind ("/coro-late", 700, "PUT", "/echo", "hello");
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -1584,6 +1665,10 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
   g_test_add_func ("/http-server/chunked-body", test_chunked_body);
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
+  g_test_add_func ("/http-server/expect-continue-behind-late-answer",
+                   test_expect_continue_behind_late_answer);
+  g_test_add_func ("/http-server/expect-continue-waits-past-body-timeout",
+                   test_expect_continue_waits_past_body_timeout);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);

@@ -1,0 +1,246 @@
+/* test-http-static.c: weft_http_server_add_directory() under hostile
+ * clients: what the wire-level probes (tests/http-conformance.py, which
+ * runs against bench-server) and the path tests of test-http-server.c do
+ * not reach.
+ *
+ * SPDX-License-Identifier: LGPL-2.1-or-later
+ */
+#include "weft-net-util.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <utime.h>
+
+#include <glib/gstdio.h>
+
+typedef struct {
+  WeftEngine *engine;
+  WeftHttpServer *server;
+  guint16 port;
+  gchar *root;
+} Srv;
+
+/* A server for a fresh directory holding the files of @names and
+ * @contents (NULL-terminated). */
+static void
+srv_start (Srv *s, const char *const *names, const char *const *contents)
+{
+  GError *error = NULL;
+  s->root = g_dir_make_tmp ("weft-static3-XXXXXX", NULL);
+  g_assert_nonnull (s->root);
+  for (guint i = 0; names[i] != NULL; i++)
+    {
+      gchar *p = g_build_filename (s->root, names[i], NULL);
+      g_assert_true (g_file_set_contents (p, contents[i], -1, NULL));
+      g_free (p);
+    }
+  s->engine = wt_engine_new (2);
+  s->server = weft_http_server_new (s->engine);
+  g_assert_true (weft_http_server_add_directory (s->server, "/", s->root, &error));
+  g_assert_no_error (error);
+  WeftListener *l = weft_http_server_get_listener (s->server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  s->port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s->server, &error));
+  g_assert_no_error (error);
+}
+
+static void
+srv_stop (Srv *s)
+{
+  weft_http_server_unref (s->server);
+  weft_engine_unref (s->engine);
+  gchar *cmd[] = { "rm", "-rf", s->root, NULL };
+  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  g_free (s->root);
+}
+
+/* Sends @req on a fresh connection and reads until the server closes. */
+static gchar *
+exchange_to_close (guint16 port, const char *req)
+{
+  int fd = wt_connect_tcp (port);
+  wt_send_str (fd, req);
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  close (fd);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  return (gchar *) g_byte_array_free (got, FALSE);
+}
+
+static guint
+count_open_fds (void)
+{
+  GDir *d = g_dir_open ("/proc/self/fd", 0, NULL);
+  g_assert_nonnull (d);
+  guint n = 0;
+  while (g_dir_read_name (d) != NULL)
+    n++;
+  g_dir_close (d);
+  return n;
+}
+
+/* A client that pipelines requests for a one-byte file and reads none of
+ * the answers. They wait in the connection's write queue, each with the
+ * file's descriptor: the byte mark alone (1 MiB) let some 4,000 of them
+ * wait on one connection, enough to run a server with the usual limit of
+ * 1,024 descriptors out of them. The file parts queued now block the
+ * connection as bytes do. */
+static void
+test_unread_answers_hold_few_fds (void)
+{
+  static const char *const names[] = { "one.txt", NULL };
+  static const char *const contents[] = { "x", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  guint before = count_open_fds ();
+
+  int fd = wt_connect_tcp (s.port);
+  g_assert_cmpint (fcntl (fd, F_SETFL, fcntl (fd, F_GETFL) | O_NONBLOCK), ==, 0);
+  GString *reqs = g_string_new (NULL);
+  for (guint i = 0; i < 256; i++)
+    g_string_append (reqs, "GET /one.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+  /* Send until the server takes no more: its socket buffer is full, so it
+   * stopped reading. (Bounded: 20 s at most.) */
+  gint64 start = g_get_monotonic_time (), last_sent = start;
+  gsize off = 0;
+  guint64 total = 0;
+  while (g_get_monotonic_time () - last_sent < 500 * 1000 &&
+         g_get_monotonic_time () - start < 20 * G_USEC_PER_SEC)
+    {
+      gssize n = send (fd, reqs->str + off, reqs->len - off, MSG_NOSIGNAL);
+      if (n > 0)
+        {
+          total += (guint64) n;
+          off = (off + (gsize) n) % reqs->len;
+          last_sent = g_get_monotonic_time ();
+        }
+      else
+        {
+          g_assert_true (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+          g_usleep (10 * 1000);
+        }
+    }
+  guint during = count_open_fds ();
+  g_test_message ("sent %" G_GUINT64_FORMAT " bytes; descriptors %u before, %u during",
+                  total, before, during);
+  close (fd);
+  /* The client's socket, the server's, and at most 17 files queued. */
+  g_assert_cmpuint (during, <, before + 40);
+  g_string_free (reqs, TRUE);
+  srv_stop (&s);
+}
+
+static gchar *
+get (guint16 port, const char *path, const char *extra)
+{
+  gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n%s\r\n",
+                                path, extra != NULL ? extra : "");
+  gchar *got = exchange_to_close (port, req);
+  g_free (req);
+  return got;
+}
+
+/* The value of header @name (with its ": ") in the answer @got. */
+static gchar *
+header_of (const char *got, const char *name)
+{
+  const char *h = strstr (got, name);
+  g_assert_nonnull (h);
+  h += strlen (name);
+  return g_strndup (h, (gsize) (strstr (h, "\r\n") - h));
+}
+
+static void
+expect_answer (gchar *got, const char *status_line, const char *body)
+{
+  const char *end = strstr (got, "\r\n\r\n");
+  if (!g_str_has_prefix (got, status_line) || end == NULL || strcmp (end + 4, body) != 0)
+    g_error ("expected %s with body %s, got:\n%s", status_line, body, got);
+  g_free (got);
+}
+
+/* RFC 9110 §13.1.5: a Range under If-Range is served only while the
+ * validator still matches (the entity tag strongly, or the Last-Modified
+ * date exactly); otherwise the whole file, 200. The range was served
+ * whatever If-Range said: a client resuming a download of a file changed
+ * since got a piece of the new file to append to the old one. */
+static void
+test_if_range (void)
+{
+  static const char *const names[] = { "a.txt", NULL };
+  static const char *const contents[] = { "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  /* Modified long ago: its date is a strong validator. */
+  gchar *path = g_build_filename (s.root, "a.txt", NULL);
+  struct utimbuf past = { 1600000000, 1600000000 };
+  g_assert_cmpint (g_utime (path, &past), ==, 0);
+  g_free (path);
+
+  gchar *got = get (s.port, "/a.txt", NULL);
+  gchar *etag = header_of (got, "\r\nETag: ");
+  gchar *modified = header_of (got, "\r\nLast-Modified: ");
+  g_free (got);
+
+  gchar *extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: %s\r\n", etag);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 206 ", "234");
+  g_free (extra);
+  extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: %s\r\n", modified);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 206 ", "234");
+  g_free (extra);
+  /* A validator of another version of the file: the whole file. */
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=2-4\r\nIf-Range: \"1-2-3\"\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  extra = g_strdup_printf ("Range: bytes=2-4\r\nIf-Range: W/%s\r\n", etag);
+  expect_answer (get (s.port, "/a.txt", extra), "HTTP/1.1 200 ", "0123456789");
+  g_free (extra);
+  expect_answer (get (s.port, "/a.txt",
+                      "Range: bytes=2-4\r\nIf-Range: Sun, 06 Nov 1994 08:49:37 GMT\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=2-4\r\nIf-Range: garbage\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  /* Nor does a stale If-Range turn an unsatisfiable range into a 416. */
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=99-\r\nIf-Range: \"1-2-3\"\r\n"),
+                 "HTTP/1.1 200 ", "0123456789");
+  /* Without a Range, If-Range means nothing. */
+  expect_answer (get (s.port, "/a.txt", "If-Range: \"1-2-3\"\r\n"), "HTTP/1.1 200 ",
+                 "0123456789");
+  g_free (modified);
+  g_free (etag);
+  srv_stop (&s);
+}
+
+/* A directory named without its trailing slash is redirected to the
+ * name with it; for the root itself, spelled "/." or "/%2e", that is "/".
+ * It was "//": a network-path reference with no host, which no client
+ * can follow and which the redirect code means never to send. */
+static void
+test_root_redirect (void)
+{
+  static const char *const names[] = { "index.html", NULL };
+  static const char *const contents[] = { "home", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  const char *const paths[] = { "/.", "/%2e", "/./.", "/%2E" };
+  for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
+    {
+      gchar *got = get (s.port, paths[i], NULL);
+      if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || strstr (got, "\r\nLocation: /\r\n") == NULL)
+        g_error ("%s:\n%s", paths[i], got);
+      g_free (got);
+    }
+  expect_answer (get (s.port, "/", NULL), "HTTP/1.1 200 ", "home");
+  srv_stop (&s);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  g_test_add_func ("/http-static/unread-answers-hold-few-fds", test_unread_answers_hold_few_fds);
+  g_test_add_func ("/http-static/if-range", test_if_range);
+  g_test_add_func ("/http-static/root-redirect", test_root_redirect);
+  return g_test_run ();
+}
