@@ -316,11 +316,10 @@ mutator_thread (gpointer data)
           if (id == 0)
             {
               /* The context was destroyed by a replacement after we took
-               * it. Whether a failed add calls the notify is not
-               * specified: account for the source here if it did not. */
+               * it. A refused add has called the notify (documented), so
+               * @src is freed already: the end's count of notifies against
+               * adds checks that it ran, once. */
               atomic_fetch_add (&S.add_refused, 1);
-              if (atomic_load (&src->notified) == 0)
-                source_notify (src);
               weft_context_unref (ctx);
               continue;
             }
