@@ -994,6 +994,72 @@ test_fd_not_closed (void)
   wt_close (q[1]);
 }
 
+/* ---- /context/add-after-destroy ---------------------------------------- */
+
+static gboolean
+never_source (gpointer data)
+{
+  g_assert_not_reached ();
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+never_signal (gint signum, gpointer data)
+{
+  g_assert_not_reached ();
+  return G_SOURCE_REMOVE;
+}
+
+static void
+test_add_after_destroy (void)
+{
+  g_test_summary ("Adding a source to a destroyed context is refused: each add returns 0, "
+                  "the fd and signal adds set WEFT_ERROR_CLOSED, and the notify has run once "
+                  "when the call returns (callers free their data there, as the stress "
+                  "test's mutators do)");
+
+  WeftEngine *engine = wt_engine_new (1);
+  WeftContext *ctx = weft_context_new (engine);
+  GError *error = NULL;
+  int p[2];
+  WtCount c = { 0 };
+
+  wt_pipe (p);
+  weft_context_dispatch (ctx);
+  weft_context_destroy (ctx);
+
+  g_assert_cmpuint (weft_context_add_fd (ctx, p[0], G_IO_IN, never_fd, &c, wt_count_notify,
+                                         &error), ==, 0);
+  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_CLOSED);
+  g_clear_error (&error);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 1);
+
+  g_assert_cmpuint (weft_context_add_timeout (ctx, 10, never_source, &c, wt_count_notify), ==, 0);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 2);
+
+  g_assert_cmpuint (weft_context_add_timeout_us (ctx, 10, never_source, &c, wt_count_notify), ==,
+                    0);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 3);
+
+  g_assert_cmpuint (weft_context_add_idle (ctx, never_source, &c, wt_count_notify), ==, 0);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 4);
+
+  g_assert_cmpuint (weft_context_add_signal (ctx, SIGUSR2, never_signal, &c, wt_count_notify,
+                                             &error), ==, 0);
+  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_CLOSED);
+  g_clear_error (&error);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 5);
+
+  /* Nothing ran, nothing more is notified later. */
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&c.notified), ==, 5);
+  g_assert_cmpint (atomic_load (&c.ran), ==, 0);
+  g_assert_true (wt_fd_is_open (p[0]));
+  wt_close (p[0]);
+  wt_close (p[1]);
+}
+
 /* ---- /context/timeout-oneshot ------------------------------------------ */
 
 static void
@@ -2211,6 +2277,7 @@ main (int argc, char **argv)
   g_test_add_func ("/context/fd-modify", test_fd_modify);
   g_test_add_func ("/context/fd-errors", test_fd_errors);
   g_test_add_func ("/context/fd-not-closed", test_fd_not_closed);
+  g_test_add_func ("/context/add-after-destroy", test_add_after_destroy);
   g_test_add_func ("/context/timeout-oneshot", test_timeout_oneshot);
   g_test_add_func ("/context/timeout-repeat", test_timeout_repeat);
   g_test_add_func ("/context/timeout-us", test_timeout_us);
