@@ -29,6 +29,7 @@ void weft__coro_regs_init (WeftCoroRegs *regs, void *stack_lo, size_t size, Weft
 
 /* Saves the running context into @from and continues @to. Returns when
  * something switches back to @from. Callee-saved registers, the stack
- * pointer and the floating-point control state (MXCSR and x87 control
- * word; FPCR on AArch64) travel with each side. */
+ * pointer and the floating-point control state (MXCSR's control bits and
+ * the x87 control word; FPCR on AArch64) travel with each side; status
+ * flags, caller-saved in the psABI, stay with the thread. */
 void weft__coro_switch (WeftCoroRegs *from, WeftCoroRegs *to);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fenv.h>
 
 /* Coroutine code that uses errno across suspending calls reads it through
  * Weft's lookup, never a cached address (docs/coroutines.md). */
@@ -145,6 +146,103 @@ test_locals_across_yield (void)
   Env e;
   env_init (&e, 2);
   run_coro (e.ctx, yield_keeps_locals, NULL);
+  env_clear (&e);
+}
+
+/* ---- floating-point control state ---------------------------------------- */
+
+typedef struct {
+  WeftContext *ctx;
+  WeftCoro *coro;
+  int coro_start_round, coro_after_yield_round, worker_while_suspended, worker_after_end;
+  double coro_start_third, coro_after_yield_third, worker_third;
+  atomic_int done;
+} FpEnv;
+
+/* 1/3 in the current SSE rounding direction: upward and downward differ
+ * in the last bit (the x87 control word is what fegetround() reads). */
+static double
+fp_third (void)
+{
+  volatile double one = 1.0, three = 3.0;
+  return one / three;
+}
+
+static void
+fp_probe_job (gpointer data)
+{
+  FpEnv *f = data;
+  f->worker_while_suspended = fegetround ();
+  f->worker_third = fp_third ();
+}
+
+static gpointer
+fp_coro (gpointer data)
+{
+  FpEnv *f = data;
+  f->coro_start_round = fegetround ();
+  f->coro_start_third = fp_third ();
+  g_assert_cmpint (fesetround (FE_UPWARD), ==, 0);
+  weft_context_post (f->ctx, fp_probe_job, f, NULL);
+  g_assert_cmpint (weft_coro_yield (), ==, 0);
+  f->coro_after_yield_round = fegetround ();
+  f->coro_after_yield_third = fp_third ();
+  return NULL;
+}
+
+static void
+fp_end_job (gpointer data)
+{
+  FpEnv *f = data;
+  if (!weft_coro_is_done (f->coro))
+    {
+      weft_context_post (f->ctx, fp_end_job, f, NULL);
+      return;
+    }
+  f->worker_after_end = fegetround ();
+  fesetround (FE_TONEAREST);
+  atomic_store (&f->done, 1);
+}
+
+static void
+fp_start_job (gpointer data)
+{
+  FpEnv *f = data;
+  /* The worker runs rounding down from here until fp_end_job. */
+  g_assert_cmpint (fesetround (FE_DOWNWARD), ==, 0);
+  f->coro = weft_coro_spawn (f->ctx, fp_coro, f, NULL, 0);
+  weft_context_post (f->ctx, fp_end_job, f, NULL);
+}
+
+/* The rounding direction (MXCSR and x87 control word) is per coroutine: a
+ * new one starts with the defaults whatever its worker uses, what it sets
+ * survives its waits, and neither side's setting leaks into the other. */
+static void
+test_fp_control_per_coroutine (void)
+{
+  Env e;
+  env_init (&e, 1);   /* one worker: the jobs and the coroutine share a thread */
+  FpEnv f = { .ctx = e.ctx };
+  volatile double one = 1.0, three = 3.0;
+  double nearest = one / three;
+  g_assert_cmpint (fesetround (FE_UPWARD), ==, 0);
+  double up = one / three;
+  g_assert_cmpint (fesetround (FE_DOWNWARD), ==, 0);
+  double down = one / three;
+  g_assert_cmpint (fesetround (FE_TONEAREST), ==, 0);
+  g_assert_cmpfloat (up, >, down);
+
+  weft_context_post (e.ctx, fp_start_job, &f, NULL);
+  WT_WAIT_UNTIL (atomic_load (&f.done));
+
+  g_assert_cmpint (f.coro_start_round, ==, FE_TONEAREST);
+  g_assert_cmpfloat (f.coro_start_third, ==, nearest);
+  g_assert_cmpint (f.worker_while_suspended, ==, FE_DOWNWARD);
+  g_assert_cmpfloat (f.worker_third, ==, down);
+  g_assert_cmpint (f.coro_after_yield_round, ==, FE_UPWARD);
+  g_assert_cmpfloat (f.coro_after_yield_third, ==, up);
+  g_assert_cmpint (f.worker_after_end, ==, FE_DOWNWARD);
+  weft_coro_unref (f.coro);
   env_clear (&e);
 }
 
@@ -1014,6 +1112,7 @@ main (int argc, char **argv)
   signal (SIGPIPE, SIG_IGN);
   g_test_add_func ("/coro/own-stack-not-inline", test_own_stack_not_inline);
   g_test_add_func ("/coro/locals-across-yield", test_locals_across_yield);
+  g_test_add_func ("/coro/fp-control-per-coroutine", test_fp_control_per_coroutine);
   g_test_add_func ("/coro/join-value", test_join_value);
   g_test_add_func ("/coro/sleep-and-join-timeout", test_sleep_and_join_timeout);
   g_test_add_func ("/coro/sleep-counts-from-call", test_sleep_counts_from_call);
