@@ -202,6 +202,9 @@ int weft__poll_create (void);
 int weft__poll_add (int pfd, int fd, guint32 events, guint64 key, gboolean oneshot);
 int weft__poll_modify (int pfd, int fd, guint32 events, guint64 key, gboolean oneshot);
 int weft__poll_remove (int pfd, int fd);
+/* The most events one weft__poll_wait() returns: the size of the workers'
+ * event arrays and of the batches handle_events() hints and pushes. */
+#define WEFT_POLL_BATCH 64
 int weft__poll_wait (int pfd, WeftPollEvent *events, int max, int timeout_ms);
 guint32 weft__poll_events_from_condition (GIOCondition cond);
 GIOCondition weft__poll_condition_from_events (guint32 events);

@@ -157,7 +157,7 @@ weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
 void
 weft__fdtable_prefetch (WeftFdTable *t, const WeftPollEvent *ev, int n)
 {
-  Slot *slots[64];
+  Slot *slots[WEFT_POLL_BATCH];
   int m = 0;
   for (int i = 0; i < n && m < (int) G_N_ELEMENTS (slots); i++)
     {

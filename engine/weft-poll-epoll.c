@@ -47,9 +47,9 @@ weft__poll_remove (int pfd, int fd)
 int
 weft__poll_wait (int pfd, WeftPollEvent *events, int max, int timeout_ms)
 {
-  struct epoll_event ev[64];
-  if (max > 64)
-    max = 64;
+  struct epoll_event ev[WEFT_POLL_BATCH];
+  if (max > WEFT_POLL_BATCH)
+    max = WEFT_POLL_BATCH;
   int n;
   do
     n = epoll_wait (pfd, ev, max, timeout_ms);

@@ -117,7 +117,7 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
 {
   WeftEngine *e = w->engine;
   WeftContext *local = NULL;
-  WeftFdSource *src[64];
+  WeftFdSource *src[WEFT_POLL_BATCH];
 
   g_assert (n <= (int) G_N_ELEMENTS (src));
   /* With many connections each one's slot, source, context and state are
@@ -197,7 +197,7 @@ static inline __attribute__ ((always_inline)) gboolean
 turn (WeftWorker *w, gboolean may_block)
 {
   WeftEngine *e = w->engine;
-  WeftPollEvent ev[64];
+  WeftPollEvent ev[WEFT_POLL_BATCH];
 
   if (w->run_streak < POLL_EVERY)
     {
