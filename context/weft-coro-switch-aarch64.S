@@ -6,6 +6,11 @@
  * A fresh context is such a frame with x30 = weft__coro_trampoline, the
  * entry function in x20 and its argument in x19.
  *
+ * FPCR is written only when the other side's differs: a write may
+ * synchronise the core, and the two sides nearly always agree. (FPCR holds
+ * no status flags: those are FPSR's, which does not travel, as the psABI
+ * leaves it caller-saved.)
+ *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
         .text
@@ -26,8 +31,8 @@ weft__coro_switch:
         stp     d10, d11, [sp, #112]
         stp     d12, d13, [sp, #128]
         stp     d14, d15, [sp, #144]
-        mrs     x9, fpcr
-        str     x9, [sp, #160]
+        mrs     x10, fpcr               /* kept in x10 for the compare */
+        str     x10, [sp, #160]
         mov     x9, sp
         str     x9, [x0]
         ldr     x9, [x1]
@@ -43,7 +48,10 @@ weft__coro_switch:
         ldp     d12, d13, [sp, #128]
         ldp     d14, d15, [sp, #144]
         ldr     x9, [sp, #160]
+        cmp     x9, x10
+        b.eq    1f
         msr     fpcr, x9
+1:
         add     sp, sp, #176
         ret
         .cfi_endproc
