@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fenv.h>
+#ifdef WEFT_HAVE_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
 
 /* Coroutine code that uses errno across suspending calls reads it through
  * Weft's lookup, never a cached address (docs/coroutines.md). */
@@ -230,18 +233,28 @@ test_fp_control_per_coroutine (void)
   g_assert_cmpint (fesetround (FE_DOWNWARD), ==, 0);
   double down = one / three;
   g_assert_cmpint (fesetround (FE_TONEAREST), ==, 0);
-  g_assert_cmpfloat (up, >, down);
+  /* Valgrind rounds SSE arithmetic to nearest whatever MXCSR says: there
+   * only the control words are compared (fegetround() reads them). */
+  gboolean arithmetic = TRUE;
+#ifdef WEFT_HAVE_VALGRIND
+  arithmetic = !RUNNING_ON_VALGRIND;
+#endif
+  if (arithmetic)
+    g_assert_cmpfloat (up, >, down);
 
   weft_context_post (e.ctx, fp_start_job, &f, NULL);
   WT_WAIT_UNTIL (atomic_load (&f.done));
 
   g_assert_cmpint (f.coro_start_round, ==, FE_TONEAREST);
-  g_assert_cmpfloat (f.coro_start_third, ==, nearest);
   g_assert_cmpint (f.worker_while_suspended, ==, FE_DOWNWARD);
-  g_assert_cmpfloat (f.worker_third, ==, down);
   g_assert_cmpint (f.coro_after_yield_round, ==, FE_UPWARD);
-  g_assert_cmpfloat (f.coro_after_yield_third, ==, up);
   g_assert_cmpint (f.worker_after_end, ==, FE_DOWNWARD);
+  if (arithmetic)
+    {
+      g_assert_cmpfloat (f.coro_start_third, ==, nearest);
+      g_assert_cmpfloat (f.worker_third, ==, down);
+      g_assert_cmpfloat (f.coro_after_yield_third, ==, up);
+    }
   weft_coro_unref (f.coro);
   env_clear (&e);
 }
