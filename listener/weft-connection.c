@@ -1274,7 +1274,7 @@ queue_file (WeftConnection *self, int fd, guint64 offset, guint64 length)
 }
 
 /* A file part left the queue. Past 255 the count is not known: it stays
- * there (blocked) until the queue is empty. */
+ * there (blocked) until the queue is empty (here, or in flush()). */
 static void
 file_sent (WeftConnection *self)
 {
@@ -1590,6 +1590,10 @@ flush (WeftConnection *self)
   gsize before = self->wq_bytes;
   if (!(tls_session (self) != NULL ? flush_tls (self) : flush_plain (self)))
     return;
+  /* Empty, the file count is exact again, also when what went last was
+   * bytes after a count stuck at 255 (file_sent() sees file parts only). */
+  if (self->wq_head == NULL)
+    self->wq_files = 0;
   if (self->wq_bytes < before)
     touch (self);
   if (self->above_high && self->wq_bytes <= low_water (self) &&

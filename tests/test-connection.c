@@ -986,6 +986,108 @@ test_python_client (void)
   seen_clear (&seen);
 }
 
+/* ---- /connection/many-file-parts-drain --------------------------------- */
+
+#define MANY_FILE_PARTS 300
+#define MANY_PARTS_FIRST (1024 * 1024)
+
+typedef struct {
+  Seen seen;
+  int file_fd;
+  WeftConnection *conn;
+  atomic_int blocked;       /* weft_connection_is_write_blocked(), -1 before the look */
+  atomic_int set_up;        /* the client reads only after the setup queued all */
+} ManyParts;
+
+static void
+setup_many_file_parts (WeftConnection *conn, gpointer test_data)
+{
+  ManyParts *t = test_data;
+  GError *error = NULL;
+  weft_connection_set_event_func (conn, seen_event, &t->seen, NULL);
+  t->conn = weft_connection_ref (conn);
+  /* More than the socket buffers hold while the client does not read (a
+   * small send buffer, so autotuning cannot swallow it), then more file
+   * parts than the count of queued ones can hold (255), then bytes: the
+   * last chunk to leave the queue is not a file part. */
+  int size = 64 * 1024;
+  g_assert_cmpint (setsockopt (weft_connection_get_fd (conn), SOL_SOCKET, SO_SNDBUF, &size,
+                               sizeof size), ==, 0);
+  /* Low marks keep the bytes small: under Valgrind every send's buffer is
+   * checked whole, once per queued part. */
+  weft_connection_set_write_watermarks (conn, 128 * 1024, 32 * 1024);
+  GBytes *first = g_bytes_new_take (g_malloc0 (MANY_PARTS_FIRST), MANY_PARTS_FIRST);
+  g_assert_true (weft_connection_write_bytes (conn, first));
+  g_bytes_unref (first);
+  for (guint i = 0; i < MANY_FILE_PARTS; i++)
+    {
+      g_assert_true (weft_connection_send_file (conn, t->file_fd, i % 4, 1, &error));
+      g_assert_no_error (error);
+    }
+  g_assert_true (weft_connection_is_write_blocked (conn));
+  g_assert_true (weft_connection_write (conn, (const guint8 *) "END", 3));
+  atomic_store (&t->set_up, 1);
+}
+
+static void
+look_blocked (gpointer data)
+{
+  ManyParts *t = data;
+  atomic_store (&t->blocked, weft_connection_is_write_blocked (t->conn));
+}
+
+static void
+test_many_file_parts_drain (void)
+{
+  g_test_summary ("More than 255 queued file parts block the writer; once the client has "
+                  "read everything, also when bytes were queued last, the connection is "
+                  "unblocked and says DRAINED (the count of queued parts stuck at 255 "
+                  "kept it blocked for good)");
+  ManyParts t = { .blocked = -1 };
+  WtServer srv;
+  seen_init (&t.seen);
+  gchar *path = NULL;
+  GError *error = NULL;
+  t.file_fd = g_file_open_tmp ("weft-parts-XXXXXX", &path, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (write (t.file_fd, "abcd", 4), ==, 4);
+
+  wt_server_start (&srv, 2, setup_many_file_parts, &t);
+  /* A small receive buffer set before connecting (no autotuning): with
+   * the server's small send buffer, the first write cannot all leave. */
+  int c = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  g_assert_cmpint (c, >=, 0);
+  int rcv = 64 * 1024;
+  g_assert_cmpint (setsockopt (c, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), ==, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (srv.port),
+                            .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  g_assert_cmpint (connect (c, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  wt_set_timeouts (c, WT_DEADLINE_US / 1000);
+  WT_WAIT_UNTIL (atomic_load (&t.set_up));
+  gsize want = MANY_PARTS_FIRST + MANY_FILE_PARTS + 3;
+  guint8 *got = g_malloc (want);
+  wt_recv_exactly (c, got, want);
+  for (guint i = 0; i < MANY_FILE_PARTS; i++)
+    g_assert_cmpint (got[MANY_PARTS_FIRST + i], ==, "abcd"[i % 4]);
+  g_assert_cmpmem (got + want - 3, 3, "END", 3);
+  g_free (got);
+
+  WT_WAIT_UNTIL (atomic_load (&t.seen.drained) >= 1);
+  g_assert_cmpint (atomic_load (&t.seen.drained), >=, 1);
+  weft_context_post (weft_connection_get_context (t.conn), look_blocked, &t, NULL);
+  WT_WAIT_UNTIL (atomic_load (&t.blocked) >= 0);
+  g_assert_cmpint (atomic_load (&t.blocked), ==, 0);
+
+  close (c);
+  WT_WAIT_UNTIL (atomic_load (&t.seen.closed) == 1);
+  weft_connection_unref (t.conn);
+  wt_server_stop (&srv);
+  close (t.file_fd);
+  unlink (path);
+  g_free (path);
+  seen_clear (&t.seen);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1003,6 +1105,7 @@ main (int argc, char **argv)
   g_test_add_func ("/connection/idle-timeout", test_idle_timeout);
   g_test_add_func ("/connection/write-timeout", test_write_timeout);
   g_test_add_func ("/connection/send-file", test_send_file);
+  g_test_add_func ("/connection/many-file-parts-drain", test_many_file_parts_drain);
   g_test_add_func ("/connection/addresses", test_addresses);
   g_test_add_func ("/connection/connect-async", test_connect_async);
   g_test_add_func ("/connection/python-client", test_python_client);
