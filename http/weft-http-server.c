@@ -633,12 +633,15 @@ body_check (gpointer data)
       hc->timer = 0;
       return G_SOURCE_REMOVE;
     }
-  if (hc->body_paused || (req->expect_continue && req->in_bytes == 0 &&
-                           weft_http_pending_peek (hc) != req && !atomic_load (&req->responded)))
+  if (hc->body_paused ||
+      (req->expect_continue && req->in_bytes == 0 && !atomic_load (&req->responded) &&
+       (weft_http_pending_peek (hc) != req ||
+        (req->stream_body && !atomic_load (&req->body_wanted)))))
     {
-      /* Its client waits for the 100 (Continue), due once the answers
-       * before it are out: not the client's delay either. (Once it is the
-       * oldest the 100 is sent, or not due: answered already.) */
+      /* Its client waits for the 100 (Continue), which is due once the
+       * answers before it are out and, for a streamed body, once its
+       * handler asks for the body (weft_http_send_continue()): not the
+       * client's delay either. */
       req->in_start_us = req->in_last_us = now;
       return G_SOURCE_CONTINUE;
     }

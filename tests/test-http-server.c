@@ -132,6 +132,22 @@ coro_stream_body (WeftHttpServer *server, WeftHttpRequest *request, gpointer use
   weft_coro_cond_unref (b.cond);
 }
 
+/* coro_stream_body, after 1.5 s: a handler that asks for its body late. */
+static void
+coro_stream_body_late (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_assert_cmpint (weft_coro_sleep (1500), ==, 0);
+  coro_stream_body (server, request, user_data);
+}
+
+static void
+add_coro_body_late (WeftHttpServer *server)
+{
+  weft_http_server_add_handler_full (server, "POST", "/coro-body-late",
+                                     WEFT_HTTP_HANDLER_COROUTINE | WEFT_HTTP_HANDLER_STREAM_BODY,
+                                     coro_stream_body_late, NULL, NULL);
+}
+
 /* A coroutine handler that returns without answering. */
 static void
 coro_forgets (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
@@ -530,6 +546,36 @@ static void
 test_expect_continue_waits_past_body_timeout (void)
 {
   expect_continue_behind ("/coro-late", 700, "PUT", "/echo", "hello");
+}
+
+/* A streamed body's handler may ask for the body later than the body
+ * timeout (700 ms here; it asks after 1.5 s): the 100 (Continue) waits for
+ * that, the client holding its body back for the 100 is not a slow body,
+ * and the first bytes it gets are the 100, not a 408 (the first body
+ * check, at 1 s, gave one: the wait was excused only behind other
+ * answers). */
+static void
+test_expect_continue_stream_body_asked_late (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 700, add_coro_body_late);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /coro-body-late HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                   "Content-Length: 5\r\nConnection: close\r\n\r\n");
+  char cont[25];
+  wt_recv_exactly (fd, cont, sizeof cont);
+  if (memcmp (cont, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0)
+    g_error ("expected the 100 first, got: %.25s", cont);
+  wt_send_str (fd, "hello");
+  GByteArray *rest = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (rest, (const guint8 *) "", 1);
+  const char *end = strstr ((char *) rest->data, "\r\n\r\n");
+  if (!g_str_has_prefix ((char *) rest->data, "HTTP/1.1 200 ") || end == NULL ||
+      strcmp (end + 4, "5 532") != 0)
+    g_error ("a body asked for late:\n%s", (char *) rest->data);
+  g_byte_array_unref (rest);
+  close (fd);
+  srv_stop (&s);
 }
 
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
@@ -1687,6 +1733,8 @@ main (int argc, char **argv)
                    test_expect_continue_behind_late_answer);
   g_test_add_func ("/http-server/expect-continue-waits-past-body-timeout",
                    test_expect_continue_waits_past_body_timeout);
+  g_test_add_func ("/http-server/expect-continue-stream-body-asked-late",
+                   test_expect_continue_stream_body_asked_late);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
