@@ -79,7 +79,11 @@ typedef void (*WeftJobFunc) (gpointer user_data);
  */
 typedef struct {
   /*< private >*/
-  gpointer priv_[5];
+  /* The layout of the library's job node (a pointer, two 32-bit words,
+   * three pointers), so that the sizes agree on 32-bit CPUs too. */
+  gpointer priv_p0_;
+  guint32 priv_u_[2];
+  gpointer priv_p_[3];
 } WeftJobSlot;
 
 /**
