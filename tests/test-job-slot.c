@@ -174,7 +174,7 @@ test_dropped_on_destroy (void)
   WeftContext *ctx = weft_context_new (engine);
   WeftContext *other = weft_context_new (engine);
   WtGate gate;
-  WeftJobSlot slots[8] = { { { 0 } } };
+  WeftJobSlot slots[8] = { { 0 } };
   WtCount c = { 0 };
 
   wt_gate_init (&gate);
@@ -218,7 +218,7 @@ test_dropped_undispatched (void)
 
   WeftEngine *engine = wt_engine_new (1);
   WeftContext *ctx = weft_context_new (engine);
-  WeftJobSlot slots[4] = { { { 0 } } };
+  WeftJobSlot slots[4] = { { 0 } };
   WtCount c = { 0 };
 
   for (guint i = 0; i < G_N_ELEMENTS (slots); i++)
@@ -244,7 +244,7 @@ test_bounded_counts (void)
 
   WeftEngine *engine = wt_engine_new (1);
   WeftContext *ctx = weft_context_new (engine);
-  WeftJobSlot slots[3] = { { { 0 } } };
+  WeftJobSlot slots[3] = { { 0 } };
   WtCount c = { 0 };
   GError *error = NULL;
 
