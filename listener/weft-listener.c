@@ -91,13 +91,14 @@ static void stop_accepting (WeftListener *self);
  * Creates a listener without sockets. Add them with
  * weft_listener_add_tcp() and friends, then weft_listener_start().
  *
- * Once the last weft_listener_unref() has returned, @func is not called
- * again: a connection accepted before it that was not handed over yet (its
- * job was still queued, or its TLS handshake was going on) is aborted
- * instead. A call that began before, on another worker, may still be
- * running when weft_listener_unref() returns (it does not wait, so it may
- * be called from @func itself); @notify runs after every call has
- * returned and every connection the listener accepted has closed, once.
+ * From the last weft_listener_unref() on, a connection accepted before it
+ * that was not handed over yet (its job was still queued, or its TLS
+ * handshake was going on) is aborted instead of passed to @func. A
+ * hand-over on another worker that had already looked may still call
+ * @func, even just after weft_listener_unref() returned (it does not wait,
+ * so it may be called from @func itself): keep @user_data valid until
+ * @notify, which runs after every call has returned and every connection
+ * the listener accepted has closed, once.
  *
  * Returns: (transfer full): a new listener
  */
@@ -202,7 +203,9 @@ weft_listener_unref (WeftListener *self)
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   /* First of all: from here on hand_over() refuses (sequentially
-   * consistent with its load, so a call not begun yet cannot begin). */
+   * consistent with its load: a hand-over that looks after this store
+   * refuses; one that looked before goes ahead, and the notify waits for
+   * it). */
   atomic_store (&self->refusing, TRUE);
   /* Close the sockets on the listener's context, so no accept callback is
    * running on them. The job holds the internal reference. */
@@ -417,8 +420,9 @@ weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
 }
 
 /* Whether the listener's last public reference is gone: then a connection
- * not handed over yet is aborted, so @func never runs after the last
- * weft_listener_unref() returned (and @user_data may be gone). */
+ * not handed over yet is aborted. (A hand-over that looked just before the
+ * flag was set still calls @func, possibly after the unref returned: the
+ * user_data stays valid until the notify.) */
 static gboolean
 refuse (WeftListener *self, WeftConnection *conn)
 {
