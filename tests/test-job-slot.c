@@ -311,10 +311,13 @@ test_engine (void)
 /* ---- /job-slot/threads-reuse ------------------------------------------ */
 
 /* Producer threads each own slots and post them over and over to shared
- * contexts, each again as soon as its job has started. Every job checks
- * that it sees the sequence number its producer wrote before the post (the
- * slot hand-back must order the producer's writes after the runner's
- * reads) and that its context runs one callback at a time. */
+ * contexts, each again once its previous job has counted itself started
+ * (the job's last store, after its reads of the slot's data). Every job
+ * checks that it sees the sequence number its producer wrote before the
+ * post and that its context runs one callback at a time. The producer
+ * never posts while the job still reads, so the hand-back's own ordering
+ * is not what this checks (there is no public look at a slot's state to
+ * wait on). */
 
 #define REUSE_THREADS 4
 #define REUSE_SLOTS 16
