@@ -234,10 +234,15 @@ struct _WeftContext {
  * as long as it is used, and must not be freed by itself. */
 WeftContext *weft__context_new_with_tail (WeftEngine *engine, gsize tail_size);
 
+/* Where the tail starts: past the context, aligned for 64-bit integers
+ * (a connection holds 64-bit atomics; a 32-bit CPU may align the context
+ * to 4 only). On 64-bit CPUs, sizeof (WeftContext) itself. */
+#define WEFT_CONTEXT_TAIL_OFFSET ((sizeof (WeftContext) + 7) & ~(gsize) 7)
+
 static inline gpointer
 weft__context_tail (WeftContext *self)
 {
-  return (guint8 *) self + sizeof (WeftContext);
+  return (guint8 *) self + WEFT_CONTEXT_TAIL_OFFSET;
 }
 
 /* Marks @self's tail as holding a listener's connection, once it is made

@@ -72,8 +72,8 @@ weft_context_new (WeftEngine *engine)
 WeftContext *
 weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
 {
-  G_STATIC_ASSERT (sizeof (WeftContext) % sizeof (gpointer) == 0); /* the tail is aligned */
-  WeftContext *self = g_malloc0 (sizeof (WeftContext) + tail_size);
+  G_STATIC_ASSERT (sizeof (gpointer) != 8 || WEFT_CONTEXT_TAIL_OFFSET == sizeof (WeftContext));
+  WeftContext *self = g_malloc0 (WEFT_CONTEXT_TAIL_OFFSET + tail_size);
   self->run_node.kind = WEFT_NODE_CONTEXT;
   self->ref_count = 1;
   self->internal_refs = 2; /* the public side, and the creator's hold of SCHEDULED */
@@ -83,7 +83,7 @@ weft__context_new_with_tail (WeftEngine *engine, gsize tail_size)
   weft__idmap_init (&self->ids);
   atomic_fetch_add (&engine->n_contexts, 1);
   ctx_list_lock (engine);
-  gsize bytes = MIN (sizeof (WeftContext) + tail_size, WEFT_RUN_HINT_MAX);
+  gsize bytes = MIN (WEFT_CONTEXT_TAIL_OFFSET + tail_size, WEFT_RUN_HINT_MAX);
   if (tail_size > 0 && bytes > atomic_load_explicit (&engine->run_hint_bytes, memory_order_relaxed))
     atomic_store_explicit (&engine->run_hint_bytes, (guint) bytes, memory_order_relaxed);
   self->reg_next = engine->contexts;

@@ -373,10 +373,23 @@ source_gone (gpointer data)
 }
 
 /* In a context's tail: the connection, its fd source, then the owner's
- * data, each aligned for pointers. */
+ * data, aligned for pointers and for 64-bit integers and doubles (an
+ * HttpConn holds 64-bit atomics; a 32-bit CPU may align pointers to 4
+ * only). On 64-bit CPUs both are 8: the same layout. */
+typedef union {
+  gpointer p;
+  gint64 i;
+  gdouble d;
+} TailData;
 #define TAIL_SOURCE_OFFSET (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; }, s))
 #define TAIL_DATA_OFFSET \
-  (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; gpointer d; }, d))
+  (G_STRUCT_OFFSET (struct { WeftConnection c; WeftFdSource s; TailData d; }, d))
+G_STATIC_ASSERT (sizeof (gpointer) != 8 ||
+                 TAIL_DATA_OFFSET == G_STRUCT_OFFSET (struct {
+                                       WeftConnection c;
+                                       WeftFdSource s;
+                                       gpointer d;
+                                     }, d));
 
 gsize
 weft__connection_tail_size (gsize data_size)
