@@ -24,39 +24,51 @@ G_DEFINE_BOXED_TYPE (WeftHttpRequest, weft_http_request, weft_http_request_ref,
 /* ---- small things ------------------------------------------------------- */
 
 static const char *
-reason (guint status)
+reason_len (guint status, gsize *len)
 {
+  /* The length with the text: the answer's head is built per request. */
+#define R(text) return (*len = sizeof (text) - 1, text)
   switch (status)
     {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100: R ("Continue");
+    case 200: R ("OK");
+    case 201: R ("Created");
+    case 204: R ("No Content");
+    case 206: R ("Partial Content");
+    case 301: R ("Moved Permanently");
+    case 302: R ("Found");
+    case 304: R ("Not Modified");
+    case 400: R ("Bad Request");
+    case 403: R ("Forbidden");
+    case 404: R ("Not Found");
+    case 405: R ("Method Not Allowed");
+    case 408: R ("Request Timeout");
+    case 411: R ("Length Required");
+    case 413: R ("Content Too Large");
+    case 414: R ("URI Too Long");
+    case 416: R ("Range Not Satisfiable");
+    case 417: R ("Expectation Failed");
+    case 431: R ("Request Header Fields Too Large");
+    case 500: R ("Internal Server Error");
+    case 501: R ("Not Implemented");
+    case 503: R ("Service Unavailable");
+    case 505: R ("HTTP Version Not Supported");
+    default: R ("Unknown");
     }
+#undef R
+}
+
+static const char *
+reason (guint status)
+{
+  gsize len;
+  return reason_len (status, &len);
 }
 
 /* The Date header's value, formatted once a second per thread (the C
- * locale's names, whatever the process locale). */
+ * locale's names, whatever the process locale): always HTTP_DATE_LEN
+ * bytes (IMF-fixdate, RFC 9110 §5.6.7; years 1000-9999). */
+#define HTTP_DATE_LEN 29
 static const char *
 http_date (void)
 {
@@ -73,6 +85,7 @@ http_date (void)
       snprintf (buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
                 tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
                 tm.tm_sec);
+      g_assert (strlen (buf) == HTTP_DATE_LEN);
       cached_sec = now;
     }
   return buf;
@@ -301,17 +314,31 @@ header_text_ok (const char *s, gboolean is_name)
   return TRUE;
 }
 
+/* The length of a header value, or -1 if it holds a control character
+ * other than tab: header_text_ok (s, FALSE) and strlen() in one pass. */
+static gssize
+header_value_len (const char *s)
+{
+  const guchar *p = (const guchar *) s;
+  for (; *p != '\0'; p++)
+    if ((*p < ' ' && *p != '\t') || *p == 0x7f)
+      return -1;
+  return (gssize) (p - (const guchar *) s);
+}
+
 /* Builds the answer's head (and a small body) on the caller's thread: one
  * buffer, sized first, filled without printf (this is per request). */
 static void
 build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
                 gsize len, GBytes *body_bytes)
 {
-  if (content_type != NULL && !header_text_ok (content_type, FALSE))
+  gssize ct_len = content_type != NULL ? header_value_len (content_type) : 0;
+  if (ct_len < 0)
     {
       /* Checked always (see add_response_header): left out, not sent. */
       g_critical ("HTTP answer: refused a Content-Type with a control character");
       content_type = NULL;
+      ct_len = 0;
     }
   if (body_bytes != NULL)
     len = g_bytes_get_size (body_bytes);
@@ -358,13 +385,12 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   else if (req->resp_fd >= 0)
     req->bytes_out = req->resp_len;
 
-  const char *why = reason (status);
-  gsize why_len = strlen (why);
+  gsize why_len;
+  const char *why = reason_len (status, &why_len);
   const char *date = http_date ();
-  gsize date_len = strlen (date);
-  gsize ct_len = content_type != NULL ? strlen (content_type) : 0;
+  gsize date_len = HTTP_DATE_LEN;
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
-  gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + ct_len + 2) + (16 + 20 + 2) + 28 +
+  gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + (gsize) ct_len + 2) + (16 + 20 + 2) + 28 +
               extra_len + 24 + 2 + inline_len;
   /* A response is built once (claim()); the spare room is used at most once. */
   char *buf = cap <= req->resp_spare_len ? req->resp_spare : g_malloc (cap);
@@ -381,7 +407,7 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   if (content_type != NULL)
     {
       p = PUT_LIT (p, "Content-Type: ");
-      p = put (p, content_type, ct_len);
+      p = put (p, content_type, (gsize) ct_len);
       p = PUT_LIT (p, "\r\n");
     }
   /* Every answer is delimited; 204 and 304 carry no length. */

@@ -274,7 +274,7 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
   *params = NULL;
   *n_params = 0;
   gboolean path_seen = FALSE;
-  gboolean is_head = strcmp (method, "HEAD") == 0;
+  gboolean is_head = method[0] == 'H' && strcmp (method, "HEAD") == 0;
   Raw vals[WEFT_HTTP_MAX_PARAMS];
   GString *scratch = NULL;
   WeftHttpRouteResult result = WEFT_HTTP_ROUTE_NOT_FOUND;

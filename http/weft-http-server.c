@@ -892,7 +892,7 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
     }
   req->minor = head->minor_version;
   req->keep_alive = head->keep_alive && !hc->closing;
-  req->is_head = strcmp (req->method, "HEAD") == 0;
+  req->is_head = req->method[0] == 'H' && strcmp (req->method, "HEAD") == 0;
   /* RFC 9110 §10.1.1: a 100-continue expectation in an HTTP/1.0 request
    * MUST be ignored (and §15.2: no 1xx to an HTTP/1.0 client). */
   req->expect_continue = head->expect_continue && head->minor_version >= 1;

@@ -578,6 +578,66 @@ test_expect_continue_stream_body_asked_late (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/no-header-injection --------------------------------- */
+
+static atomic_int injection_criticals;
+
+static void
+count_criticals (const gchar *domain, GLogLevelFlags level, const gchar *message,
+                 gpointer user_data)
+{
+  if (level & G_LOG_LEVEL_CRITICAL)
+    atomic_fetch_add (&injection_criticals, 1);
+}
+
+/* A handler passing text from a client into the answer's head. */
+static void
+injecting (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_add_response_header (request, "X-Fine", "a\tb");
+  weft_http_request_add_response_header (request, "X-Value", "v\r\nX-Injected: 1");
+  weft_http_request_add_response_header (request, "X-Bad:Name", "v");
+  weft_http_request_respond (request, 200, "text/plain\r\nX-Injected: 2",
+                             (const guint8 *) "body", 4);
+}
+
+static void
+add_injecting (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "GET", "/inject", injecting, NULL, NULL);
+}
+
+/* A CR or LF (or any control character but tab) in a Content-Type or an
+ * added header, or a bad header name, is refused with a critical, also
+ * with G_DISABLE_CHECKS: the answer goes out without it, so text from a
+ * client cannot write headers (or a whole answer) of its own. */
+static void
+test_no_header_injection (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  /* In a subprocess: the refusals' criticals are counted, not fatal. */
+  g_log_set_always_fatal (G_LOG_FATAL_MASK);
+  g_log_set_default_handler (count_criticals, NULL);
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_injecting);
+  gchar *got = exchange_to_close (s.port, "GET /inject HTTP/1.1\r\nHost: a\r\n"
+                                          "Connection: close\r\n\r\n");
+  const char *end = strstr (got, "\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 ") || end == NULL || strcmp (end + 4, "body") != 0 ||
+      strstr (got, "X-Injected") != NULL || strstr (got, "X-Bad") != NULL ||
+      strstr (got, "X-Value") != NULL || strstr (got, "Content-Type") != NULL ||
+      strstr (got, "\r\nX-Fine: a\tb\r\n") == NULL)
+    g_error ("an answer with refused header text:\n%s", got);
+  g_free (got);
+  g_assert_cmpint (atomic_load (&injection_criticals), ==, 3);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -1735,6 +1795,7 @@ main (int argc, char **argv)
                    test_expect_continue_waits_past_body_timeout);
   g_test_add_func ("/http-server/expect-continue-stream-body-asked-late",
                    test_expect_continue_stream_body_asked_late);
+  g_test_add_func ("/http-server/no-header-injection", test_no_header_injection);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
