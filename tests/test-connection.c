@@ -1055,14 +1055,8 @@ test_many_file_parts_drain (void)
   wt_server_start (&srv, 2, setup_many_file_parts, &t);
   /* A small receive buffer set before connecting (no autotuning): with
    * the server's small send buffer, the first write cannot all leave. */
-  int c = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int c = wt_try_connect_tcp (srv.port, 64 * 1024);
   g_assert_cmpint (c, >=, 0);
-  int rcv = 64 * 1024;
-  g_assert_cmpint (setsockopt (c, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), ==, 0);
-  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (srv.port),
-                            .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
-  g_assert_cmpint (connect (c, (struct sockaddr *) &sa, sizeof sa), ==, 0);
-  wt_set_timeouts (c, WT_DEADLINE_US / 1000);
   WT_WAIT_UNTIL (atomic_load (&t.set_up));
   gsize want = MANY_PARTS_FIRST + MANY_FILE_PARTS + 3;
   guint8 *got = g_malloc (want);

@@ -1719,22 +1719,8 @@ static gpointer
 connect_burst (gpointer data)
 {
   Burst *b = data;
-  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (b->port),
-                            .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   for (int i = 0; i < BURST_CONNS; i++)
-    {
-      int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      g_assert_cmpint (fd, >=, 0);
-      if (connect (fd, (struct sockaddr *) &sa, sizeof sa) != 0)
-        {
-          g_assert_cmpint (errno, ==, ECONNREFUSED);
-          close (fd);
-          fd = -1;
-        }
-      else
-        wt_set_timeouts (fd, WT_DEADLINE_US / 1000);
-      b->fds[i] = fd;
-    }
+    b->fds[i] = wt_try_connect_tcp (b->port, 0);
   return NULL;
 }
 

@@ -25,17 +25,35 @@ wt_set_timeouts (int fd, guint ms)
 }
 
 /* A blocking client socket connected to 127.0.0.1:@port, with 10 s
- * timeouts so a broken server fails the test instead of hanging it. */
+ * timeouts so a broken server fails the test instead of hanging it, and a
+ * receive buffer of @rcvbuf bytes set before connecting (0: the system's,
+ * autotuned). -1 if the connection was refused (no listener any more);
+ * any other failure fails the test. */
 static inline int
-wt_connect_tcp (guint16 port)
+wt_try_connect_tcp (guint16 port, int rcvbuf)
 {
   int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   g_assert_cmpint (fd, >=, 0);
+  if (rcvbuf > 0)
+    g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), ==, 0);
   struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (port),
                             .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
-  int r = connect (fd, (struct sockaddr *) &sa, sizeof sa);
-  g_assert_cmpint (r, ==, 0);
+  if (connect (fd, (struct sockaddr *) &sa, sizeof sa) != 0)
+    {
+      g_assert_cmpint (errno, ==, ECONNREFUSED);
+      close (fd);
+      return -1;
+    }
   wt_set_timeouts (fd, WT_DEADLINE_US / 1000);
+  return fd;
+}
+
+/* wt_try_connect_tcp() with the system's buffers, which must connect. */
+static inline int
+wt_connect_tcp (guint16 port)
+{
+  int fd = wt_try_connect_tcp (port, 0);
+  g_assert_cmpint (fd, >=, 0);
   return fd;
 }
 
