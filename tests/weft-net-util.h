@@ -8,6 +8,7 @@
 
 #include "weft-test-util.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
