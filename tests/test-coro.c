@@ -159,6 +159,7 @@ typedef struct {
   WeftCoro *coro;
   int coro_start_round, coro_after_yield_round, worker_while_suspended, worker_after_end;
   double coro_start_third, coro_after_yield_third, worker_third;
+  gboolean ended;           /* the coroutine had ended when fp_end_job ran */
   atomic_int done;
 } FpEnv;
 
@@ -179,6 +180,16 @@ fp_probe_job (gpointer data)
   f->worker_third = fp_third ();
 }
 
+static void
+fp_end_job (gpointer data)
+{
+  FpEnv *f = data;
+  f->ended = weft_coro_is_done (f->coro);
+  f->worker_after_end = fegetround ();
+  fesetround (FE_TONEAREST);
+  atomic_store (&f->done, 1);
+}
+
 static gpointer
 fp_coro (gpointer data)
 {
@@ -190,21 +201,9 @@ fp_coro (gpointer data)
   g_assert_cmpint (weft_coro_yield (), ==, 0);
   f->coro_after_yield_round = fegetround ();
   f->coro_after_yield_third = fp_third ();
+  /* Runs once this coroutine has ended (the context is serial). */
+  weft_context_post (f->ctx, fp_end_job, f, NULL);
   return NULL;
-}
-
-static void
-fp_end_job (gpointer data)
-{
-  FpEnv *f = data;
-  if (!weft_coro_is_done (f->coro))
-    {
-      weft_context_post (f->ctx, fp_end_job, f, NULL);
-      return;
-    }
-  f->worker_after_end = fegetround ();
-  fesetround (FE_TONEAREST);
-  atomic_store (&f->done, 1);
 }
 
 static void
@@ -214,7 +213,6 @@ fp_start_job (gpointer data)
   /* The worker runs rounding down from here until fp_end_job. */
   g_assert_cmpint (fesetround (FE_DOWNWARD), ==, 0);
   f->coro = weft_coro_spawn (f->ctx, fp_coro, f, NULL, 0);
-  weft_context_post (f->ctx, fp_end_job, f, NULL);
 }
 
 /* The rounding direction (MXCSR and x87 control word) is per coroutine: a
@@ -248,6 +246,7 @@ test_fp_control_per_coroutine (void)
   g_assert_cmpint (f.coro_start_round, ==, FE_TONEAREST);
   g_assert_cmpint (f.worker_while_suspended, ==, FE_DOWNWARD);
   g_assert_cmpint (f.coro_after_yield_round, ==, FE_UPWARD);
+  g_assert_true (f.ended);
   g_assert_cmpint (f.worker_after_end, ==, FE_DOWNWARD);
   if (arithmetic)
     {

@@ -432,11 +432,13 @@ test_post_remove_unref (void)
 
   g_test_message ("posted %" G_GUINT64_FORMAT ", ran %" G_GUINT64_FORMAT ", dropped %"
                   G_GUINT64_FORMAT ", refused %" G_GUINT64_FORMAT "; sources added %"
-                  G_GUINT64_FORMAT " (refused %" G_GUINT64_FORMAT "), calls %" G_GUINT64_FORMAT ", removes %" G_GUINT64_FORMAT
+                  G_GUINT64_FORMAT " (refused %" G_GUINT64_FORMAT "), calls %" G_GUINT64_FORMAT
+                  ", removes %" G_GUINT64_FORMAT
                   "; contexts replaced %" G_GUINT64_FORMAT ", mutations %" G_GUINT64_FORMAT,
                   atomic_load (&S.posted), atomic_load (&S.ran), atomic_load (&S.dropped),
                   atomic_load (&S.post_refused), atomic_load (&S.sources_added),
-                  atomic_load (&S.add_refused), atomic_load (&S.source_calls), atomic_load (&S.removes),
+                  atomic_load (&S.add_refused), atomic_load (&S.source_calls),
+                  atomic_load (&S.removes),
                   atomic_load (&S.replaced), atomic_load (&S.mutations));
 
   g_assert_cmpint (atomic_load (&S.bad_magic), ==, 0);
