@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <glib.h>
 #include "weft-types.h"
@@ -52,6 +53,21 @@ enum {
                               * go back to 0 when the job starts or is dropped */
 };
 
+/* g_aligned_alloc() and g_aligned_alloc0() without their side effect on
+ * errno: GLib stores posix_memalign()'s result there, 0 on success, and
+ * the caller's errno must survive a library call that succeeds (a
+ * coroutine keeps its errno across a wait, whose timeout may be the first
+ * object of a new cache region). */
+static inline gpointer
+weft__aligned_alloc (gsize n_blocks, gsize n_block_bytes, gsize alignment, gboolean zeroed)
+{
+  int saved = errno;
+  gpointer p = zeroed ? g_aligned_alloc0 (n_blocks, n_block_bytes, alignment)
+                      : g_aligned_alloc (n_blocks, n_block_bytes, alignment);
+  errno = saved;
+  return p;
+}
+
 /* Fixed-size object caches (weft-cache.c). */
 typedef enum {
   WEFT_CACHE_JOB,
@@ -60,17 +76,19 @@ typedef enum {
   WEFT_CACHE_N
 } WeftCacheKind;
 
-/* A thread's free list of one class (weft-cache.c). A free object's first
- * word links it. */
-typedef struct _WeftCacheFree WeftCacheFree;
-struct _WeftCacheFree {
-  WeftCacheFree *next;
-};
+/* A thread's free objects of one class (weft-cache.c): an array of
+ * pointers, not a list linked through the objects, so that taking one
+ * does not read it. Recycled objects were last written by another CPU (the
+ * worker that ran and freed a job); a list's pop waited for that line on
+ * every post, and could ask for the next one only one object ahead. */
+#define WEFT_CACHE_MAG 256
+/* How many allocations ahead the line of an object is asked for. */
+#define WEFT_CACHE_AHEAD 4
 
 typedef struct {
+  guint n;               /* this thread only: objects in objs */
   WeftCacheKind kind;
-  WeftCacheFree *free;  /* this thread only */
-  guint n_free;
+  gpointer objs[2 * WEFT_CACHE_MAG];
 } WeftCache;
 
 /* The thread's caches; NULL until its first allocation of the class, and
@@ -86,16 +104,14 @@ static inline gpointer
 weft__cache_alloc (WeftCacheKind kind)
 {
   WeftCache *c = weft__tls_caches[kind];
-  WeftCacheFree *f;
-  if (G_UNLIKELY (c == NULL || (f = c->free) == NULL))
+  if (G_UNLIKELY (c == NULL || c->n == 0))
     return weft__cache_alloc_slow (kind);
-  c->free = f->next;
-  c->n_free--;
-  /* Recycled objects were last touched by another CPU: ask for the next
-   * one's line now, so the next allocation does not wait. */
-  if (c->free != NULL)
-    __builtin_prefetch (c->free, 1);
-  return f;
+  guint n = --c->n;
+  /* Ask for the line of the object taken WEFT_CACHE_AHEAD allocations from
+   * now, so that it has arrived by then. */
+  if (G_LIKELY (n >= WEFT_CACHE_AHEAD))
+    __builtin_prefetch (c->objs[n - WEFT_CACHE_AHEAD], 1);
+  return c->objs[n];
 }
 
 /* One spare per thread and kind (weft-cache.c): the last freed object of

@@ -54,15 +54,15 @@ weft_engine_new (guint n_workers, GError **error)
 WeftEngine *
 weft__engine_new_unstarted (guint n_workers, GError **error)
 {
-  WeftEngine *self = g_aligned_alloc0 (1, sizeof (WeftEngine), 64);
+  WeftEngine *self = weft__aligned_alloc (1, sizeof (WeftEngine), 64, TRUE);
   self->ref_count = 1;
   self->internal_refs = 1;
   weft__mpsc_init (&self->urgent);
   weft__mpsc_init (&self->runq);
   weft__mutex_init (&self->lock);
   weft__mutex_init (&self->ctx_lock);
-  self->ctx_locks = g_aligned_alloc0 (WEFT_CTX_LOCK_STRIPES, sizeof (WeftMutexStripe),
-                                      G_ALIGNOF (WeftMutexStripe));
+  self->ctx_locks = weft__aligned_alloc (WEFT_CTX_LOCK_STRIPES, sizeof (WeftMutexStripe),
+                                          G_ALIGNOF (WeftMutexStripe), TRUE);
   for (guint i = 0; i < WEFT_CTX_LOCK_STRIPES; i++)
     weft__mutex_init (&self->ctx_locks[i].m);
   weft__cond_init (&self->cond);
@@ -252,7 +252,7 @@ weft_engine_start (WeftEngine *self, GError **error)
   atomic_store (&self->refusing, 0);
   /* Reused across restarts, so the counters keep counting. */
   if (self->workers == NULL)
-    self->workers = g_aligned_alloc0 (self->n_workers, sizeof (WeftWorker), 64);
+    self->workers = weft__aligned_alloc (self->n_workers, sizeof (WeftWorker), 64, TRUE);
 
   gboolean ok = TRUE;
   if (self->bridge != NULL)
