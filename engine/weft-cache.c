@@ -186,10 +186,18 @@ cache_refill (Cache *c)
           d->region += MAG * size;
           d->region_mags--;
           weft__mutex_unlock (&d->lock);
-          /* Only addresses: a new object is first touched by its user. In
-           * the order the allocations take them, from the slab's start. */
+          /* In the order the allocations take them, from the slab's
+           * start. Each is written once here: the slab's pages fault in
+           * and its lines arrive in one sequential pass, not one by one
+           * amid the users' work (bench-timers, 1M fresh timeouts,
+           * medians against the linked-list cache in the same minutes:
+           * 129 vs 101 ns an insert without this pass, 120 vs 128 with). */
           for (guint i = 0; i < MAG; i++)
-            c->objs[i] = slab + (MAG - 1 - i) * size;
+            {
+              char *obj = slab + (MAG - 1 - i) * size;
+              *(gpointer *) obj = NULL;
+              c->objs[i] = obj;
+            }
           c->n = MAG;
           break;
         }
