@@ -49,6 +49,10 @@ struct _WeftHttpServer {
   gsize coro_stack;          /* stack of coroutine handlers */
   WeftContext *sweep_ctx;    /* the keep-alive sweep's timer, if any */
   struct _HttpSweep *sweep;
+  /* Connections a sweep closed that had expired before the previous sweep
+   * began: that sweep's walk missed them. Always 0 unless the walk is
+   * broken (read by the tests). */
+  atomic_uint sweep_missed;
 };
 
 struct _WeftHttpRequest {
@@ -263,6 +267,10 @@ int weft__http_static_open_beneath (int root_fd, const char *rel);
 WeftHttpAccessLog *weft_http_access_log_new (int fd);
 void weft_http_access_log_free (WeftHttpAccessLog *log);
 void weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req);
+
+/* For the tests: how many connections the keep-alive sweep missed once
+ * (closed by a later sweep than the first to begin after they expired). */
+guint weft__http_server_sweep_missed (WeftHttpServer *server);
 
 /* weft-http-static.c: for the tests, the openat2-less path */
 void weft__http_static_force_fallback (gboolean force);

@@ -671,6 +671,7 @@ typedef struct _HttpSweep {
   gint ref_count;         /* the server's and the timer's: either may go first */
   pthread_mutex_t lock;
   WeftHttpServer *server; /* HOLDS: lock; NULL once the server is gone */
+  gint64 prev_now;        /* HOLDS: lock; when the previous sweep began (0: none) */
 } HttpSweep;
 
 /* How long @hc may stay idle, in microseconds (0: for ever). One that has
@@ -703,17 +704,44 @@ idle_expired (WeftHttpServer *server, HttpConn *hc, gint64 now)
   return limit != 0 && now - since >= limit;
 }
 
+/* A sweep's close job: the connection (a WeftConnection for an accepted
+ * one, an HttpConn for an adopted one), and when the sweep before the one
+ * that posted it began. */
+typedef struct {
+  gpointer conn;
+  gint64 prev_now;
+} SweepClose;
+
 static void
-keepalive_close_job (gpointer data)
+keepalive_close (HttpConn *hc, gint64 prev_now)
 {
-  HttpConn *hc = data;
   gint64 limit = idle_limit_us (hc->server, hc);
   gint64 since = atomic_load_explicit (&hc->idle_since, memory_order_relaxed);
   if (hc->closed || since == 0 || limit == 0 || hc->timer != 0 || hc->n_pending != 0 ||
       hc->reading != NULL || g_get_monotonic_time () - since < limit)
     return;
+  /* Expired before the previous sweep began, yet still open: that sweep's
+   * walk did not find it (a close job of its own would have run first on
+   * this context, and set closing). */
+  if (!hc->closing && prev_now != 0 && since + limit <= prev_now)
+    atomic_fetch_add_explicit (&hc->server->sweep_missed, 1, memory_order_relaxed);
   hc->closing = TRUE;
   weft_connection_close (hc->conn);
+}
+
+static void
+keepalive_close_job (gpointer data)
+{
+  SweepClose *sc = data;
+  keepalive_close (sc->conn, sc->prev_now);
+}
+
+static void
+sweep_close_free_hc (gpointer data)
+{
+  SweepClose *sc = data;
+  weft_http_conn_unref (sc->conn);
+  g_free (sc);
 }
 
 /* The HttpConn in the allocation of @conn (an accepted connection), on
@@ -731,9 +759,33 @@ embedded_hc (WeftConnection *conn)
 static void
 keepalive_close_conn_job (gpointer data)
 {
-  HttpConn *hc = embedded_hc (data);
+  SweepClose *sc = data;
+  HttpConn *hc = embedded_hc (sc->conn);
   if (hc != NULL)
-    keepalive_close_job (hc);
+    keepalive_close (hc, sc->prev_now);
+}
+
+static void
+sweep_close_free_conn (gpointer data)
+{
+  SweepClose *sc = data;
+  weft_connection_unref (sc->conn);
+  g_free (sc);
+}
+
+static SweepClose *
+sweep_close_new (gpointer conn, gint64 prev_now)
+{
+  SweepClose *sc = g_new (SweepClose, 1);
+  sc->conn = conn;
+  sc->prev_now = prev_now;
+  return sc;
+}
+
+guint
+weft__http_server_sweep_missed (WeftHttpServer *server)
+{
+  return atomic_load (&server->sweep_missed);
 }
 
 typedef struct {
@@ -771,7 +823,8 @@ keepalive_sweep (gpointer data)
         {
           WeftConnection *conn = conns->pdata[i];
           weft_context_post (weft_connection_get_context (conn), keepalive_close_conn_job,
-                             weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+                             sweep_close_new (weft_connection_ref (conn), sw->prev_now),
+                             sweep_close_free_conn);
         }
       g_ptr_array_unref (conns);
       pthread_mutex_lock (&server->live_lock);
@@ -783,9 +836,11 @@ keepalive_sweep (gpointer data)
           HttpConn *hc = key;
           if (idle_expired (server, hc, now))
             weft_context_post (weft_http_conn_ctx (hc), keepalive_close_job,
-                               weft_http_conn_ref (hc), (GDestroyNotify) weft_http_conn_unref);
+                               sweep_close_new (weft_http_conn_ref (hc), sw->prev_now),
+                               sweep_close_free_hc);
         }
       pthread_mutex_unlock (&server->live_lock);
+      sw->prev_now = now;
     }
   pthread_mutex_unlock (&sw->lock);
   return G_SOURCE_CONTINUE;
