@@ -177,7 +177,9 @@ cache_refill (Cache *c)
         {
           d->region = fresh;
           d->region_mags = fresh_mags;
-          d->next_region_mags = MIN (2 * fresh_mags, REGION_MAX_MAGS);
+          /* (Never smaller than planned: a thread late with its region
+           * does not restart the doubling.) */
+          d->next_region_mags = MIN (MAX (d->next_region_mags, 2 * fresh_mags), REGION_MAX_MAGS);
           fresh = NULL;
         }
       if (d->region_mags > 0)
@@ -206,8 +208,9 @@ cache_refill (Cache *c)
       /* Allocated outside the lock, so that other threads' magazine moves
        * do not wait for the arena. Line-aligned, so that objects of a
        * line's size (timeout sources) each fill exactly one cache line. If
-       * another thread installed a region meanwhile, this one waits for
-       * the next turn that needs one, or is freed. */
+       * another thread installed a region meanwhile, this one is
+       * installed only if that one is used up by the time the lock is
+       * taken again, else freed. */
       if (fresh == NULL)
         {
           fresh = weft__aligned_alloc (want, MAG * size, 64, FALSE);

@@ -595,8 +595,10 @@ test_jobcache_keeps_errno (void)
                   "thread's first allocation makes its cache and when a new region is "
                   "carved (GLib's aligned allocation stores 0 in errno)");
 
-  /* More than a region's 64 magazines of 256 beyond whatever earlier
-   * tests left in the depot: at least one new region is allocated. */
+  /* The thread's first allocation makes its cache (an aligned
+   * allocation). 160 magazines: more than a region's 64 beyond what the
+   * earlier tests of this file leave in the depot (a few), so new regions
+   * are carved too. */
   guint n = 160 * 256;
   gpointer clobbered = g_thread_join (g_thread_new ("errno", alloc_keeping_errno,
                                                     GUINT_TO_POINTER (n)));
