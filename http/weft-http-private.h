@@ -17,10 +17,6 @@
 #include <stdatomic.h>
 
 #define WEFT_HTTP_BIG_BODY 16384      /* bodies above: written by reference */
-/* Heads (with a small body) shorter than this are copied into the
- * connection's write queue, where pipelined answers share a chunk; longer
- * ones are handed over (weft_connection_write_bytes()'s own threshold). */
-#define WEFT_HTTP_HEAD_COPY 1024
 #define WEFT_HTTP_LATENCY_BUCKETS 24  /* log2 µs: [2^i, 2^(i+1)), last open */
 
 typedef struct _HttpConn HttpConn;

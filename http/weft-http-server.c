@@ -321,7 +321,9 @@ flush_ready_corked (HttpConn *hc)
           if (hc->draining && (hc->closing || hc->drain_taken) && req == hc->pending_tail)
             weft_http_force_close (req);
           req->head_sent = TRUE;
-          if (req->resp_head_len < WEFT_HTTP_HEAD_COPY)
+          /* Copied where the connection would copy it anyway (pipelined
+           * answers then share a chunk), without a GBytes around it. */
+          if (req->resp_head_len < WEFT_CONNECTION_SMALL_COPY)
             weft_connection_write (hc->conn, (const guint8 *) req->resp_head,
                                    req->resp_head_len);
           else

@@ -10,6 +10,12 @@
 #include "weft-listener.h"
 #include "weft-tls-private.h"
 
+/* Writes shorter than this are copied into the write queue, where small
+ * ones share chunks (weft_connection_write_bytes() copies them too);
+ * longer ones are queued by reference. Callers that hold bytes of their
+ * own decide copy or hand-over by it (the HTTP answer's head). */
+#define WEFT_CONNECTION_SMALL_COPY 1024
+
 /* The listener that accepted the connection: once the socket is closed,
  * after the CLOSED event, on the connection's context, it is told with
  * weft__listener_connection_closed() (it counts live connections). */

@@ -50,7 +50,6 @@ G_DEFINE_ENUM_TYPE (WeftConnectionEvent, weft_connection_event,
  * held thousands of them under the byte mark (4,938 for one pipelining
  * client of weft-httpd, far past the usual limit of 1,024 a process). */
 #define MAX_QUEUED_FILES 16
-#define SMALL_CHUNK 1024              /* copies smaller than this share chunks */
 #define CHUNK_ALLOC 1024              /* a small chunk's allocation, header included:
                                        * within glibc's per-thread cache (1032) */
 #define DEFAULT_CLOSE_LINGER_MS 30000 /* graceful close without a write timeout */
@@ -1256,7 +1255,7 @@ weft_connection_write_bytes (WeftConnection *self, GBytes *bytes)
   gsize len = g_bytes_get_size (bytes);
   if (len == 0)
     return TRUE;
-  if (len < SMALL_CHUNK)
+  if (len < WEFT_CONNECTION_SMALL_COPY)
     return weft_connection_write (self, g_bytes_get_data (bytes, NULL), len);
   Chunk *c = g_new (Chunk, 1);
   c->kind = CHUNK_BYTES;
