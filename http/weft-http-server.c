@@ -706,14 +706,6 @@ idle_expired (WeftHttpServer *server, HttpConn *hc, gint64 now)
   return limit != 0 && now - since >= limit;
 }
 
-/* A sweep's close job: the connection (a WeftConnection for an accepted
- * one, an HttpConn for an adopted one), and when the sweep before the one
- * that posted it began. */
-typedef struct {
-  gpointer conn;
-  gint64 prev_now;
-} SweepClose;
-
 static void
 keepalive_close (HttpConn *hc, gint64 prev_now)
 {
@@ -731,21 +723,6 @@ keepalive_close (HttpConn *hc, gint64 prev_now)
   weft_connection_close (hc->conn);
 }
 
-static void
-keepalive_close_job (gpointer data)
-{
-  SweepClose *sc = data;
-  keepalive_close (sc->conn, sc->prev_now);
-}
-
-static void
-sweep_close_free_hc (gpointer data)
-{
-  SweepClose *sc = data;
-  weft_http_conn_unref (sc->conn);
-  g_free (sc);
-}
-
 /* The HttpConn in the allocation of @conn (an accepted connection), on
  * its context: NULL unless it is set up and open. A closed connection's
  * HttpConn may be gone (its memory stays with the connection's). */
@@ -758,30 +735,44 @@ embedded_hc (WeftConnection *conn)
   return hc;
 }
 
+/* A sweep's close job: an accepted connection (@conn, its HttpConn in its
+ * allocation) or an adopted one's HttpConn (@hc), with a reference, and
+ * when the sweep before the one that posted it began. */
+typedef struct {
+  WeftConnection *conn;
+  HttpConn *hc;
+  gint64 prev_now;
+} SweepClose;
+
 static void
-keepalive_close_conn_job (gpointer data)
+keepalive_close_job (gpointer data)
 {
   SweepClose *sc = data;
-  HttpConn *hc = embedded_hc (sc->conn);
+  HttpConn *hc = sc->hc != NULL ? sc->hc : embedded_hc (sc->conn);
   if (hc != NULL)
     keepalive_close (hc, sc->prev_now);
 }
 
 static void
-sweep_close_free_conn (gpointer data)
+sweep_close_free (gpointer data)
 {
   SweepClose *sc = data;
-  weft_connection_unref (sc->conn);
+  if (sc->hc != NULL)
+    weft_http_conn_unref (sc->hc);
+  else
+    weft_connection_unref (sc->conn);
   g_free (sc);
 }
 
-static SweepClose *
-sweep_close_new (gpointer conn, gint64 prev_now)
+/* Posts the close job to @ctx; takes the reference on @conn or @hc. */
+static void
+post_sweep_close (WeftContext *ctx, WeftConnection *conn, HttpConn *hc, gint64 prev_now)
 {
   SweepClose *sc = g_new (SweepClose, 1);
   sc->conn = conn;
+  sc->hc = hc;
   sc->prev_now = prev_now;
-  return sc;
+  weft_context_post (ctx, keepalive_close_job, sc, sweep_close_free);
 }
 
 guint
@@ -824,9 +815,8 @@ keepalive_sweep (gpointer data)
       for (guint i = 0; i < conns->len; i++)
         {
           WeftConnection *conn = conns->pdata[i];
-          weft_context_post (weft_connection_get_context (conn), keepalive_close_conn_job,
-                             sweep_close_new (weft_connection_ref (conn), sw->prev_now),
-                             sweep_close_free_conn);
+          post_sweep_close (weft_connection_get_context (conn), weft_connection_ref (conn), NULL,
+                            sw->prev_now);
         }
       g_ptr_array_unref (conns);
       pthread_mutex_lock (&server->live_lock);
@@ -837,9 +827,8 @@ keepalive_sweep (gpointer data)
         {
           HttpConn *hc = key;
           if (idle_expired (server, hc, now))
-            weft_context_post (weft_http_conn_ctx (hc), keepalive_close_job,
-                               sweep_close_new (weft_http_conn_ref (hc), sw->prev_now),
-                               sweep_close_free_hc);
+            post_sweep_close (weft_http_conn_ctx (hc), NULL, weft_http_conn_ref (hc),
+                              sw->prev_now);
         }
       pthread_mutex_unlock (&server->live_lock);
       sw->prev_now = now;
