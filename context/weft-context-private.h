@@ -18,17 +18,15 @@ G_BEGIN_DECLS
  * insert, lookup and delete are a few instructions without collisions. */
 typedef struct {
   union {
-    struct {
-      guint *keys;
-      gpointer *values;
-    };
-    struct {        /* mask 0: no table, at most one entry (len) here */
-      guint one_key;
-      gpointer one_value;
-    };
+    gpointer *values;  /* mask != 0: the table, values then keys in one block */
+    gpointer one_value; /* mask 0: no table, at most one entry, here */
   };
-  guint mask;       /* capacity - 1; capacity is a power of two; 0: no table */
-  guint len;
+  guint mask;          /* capacity - 1; capacity is a power of two; 0: no table */
+  union {
+    guint len;         /* mask != 0: entries in the table */
+    guint one_key;     /* mask 0: the entry's id, 0 when there is none (0 is
+                        * never an id); 16 bytes in every context */
+  };
 } WeftIdMap;
 
 void weft__idmap_init (WeftIdMap *map);
@@ -36,6 +34,7 @@ void weft__idmap_clear (WeftIdMap *map);
 void weft__idmap_insert (WeftIdMap *map, guint key, gpointer value);
 gpointer weft__idmap_lookup (WeftIdMap *map, guint key);
 gpointer weft__idmap_remove (WeftIdMap *map, guint key);
+guint weft__idmap_size (WeftIdMap *map);
 /* Moves every value into @out (a GPtrArray) and empties the map. */
 void weft__idmap_steal_all (WeftIdMap *map, GPtrArray *out);
 
@@ -204,14 +203,15 @@ struct _WeftContext {
   atomic_uint n_queued;        /* counted jobs, only when max_queued > 0 */
   guint last_id;               /* HOLDS: lock */
   WeftIdMap ids;               /* HOLDS: lock */
-  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
+  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
+  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
 
+  /* The runner's, from here on. */
+  WeftContextSched *_Atomic sched; /* (nullable) (owned) timeouts and idles */
   WeftNode *_Atomic back_tail; /* the runner's; other threads only hint (_nonempty) */
   /* post_front's queue, made by the first one (few contexts ever get
    * one): idle connections are counted in bytes. */
   WeftMpscTight *_Atomic front;
-  WeftContext *reg_prev;       /* HOLDS: engine->ctx_lock; the engine's list */
-  WeftContext *reg_next;       /* HOLDS: engine->ctx_lock */
   guint8 idles_due;            /* consumer only */
   /* CLOSED, copied here by close_context() after it set it in the state
    * word: the runner's look before each node, off the posters' lines. */

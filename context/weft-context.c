@@ -247,7 +247,7 @@ weft__context_internal_unref (WeftContext *self)
   WeftContextSched *sched = atomic_load (&self->sched);
   g_assert ((front == NULL || !weft__mpsc_nonempty (front)) &&
             !weft__context_back_nonempty (self));
-  g_assert (self->ids.len == 0);
+  g_assert (weft__idmap_size (&self->ids) == 0);
   g_assert (sched == NULL || (sched->timers.len == 0 && sched->idles == NULL));
   weft__idmap_clear (&self->ids);
   if (sched != NULL)

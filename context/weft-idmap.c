@@ -12,10 +12,22 @@
 void
 weft__idmap_init (WeftIdMap *map)
 {
-  map->one_key = 0;
   map->one_value = NULL;
   map->mask = 0;
-  map->len = 0;
+  map->one_key = 0;
+}
+
+/* The table's keys follow its values in the same block. */
+static inline guint *
+keys_of (WeftIdMap *map)
+{
+  return (guint *) (map->values + map->mask + 1);
+}
+
+guint
+weft__idmap_size (WeftIdMap *map)
+{
+  return map->mask != 0 ? map->len : map->one_key != 0;
 }
 
 void
@@ -28,9 +40,9 @@ weft__idmap_clear (WeftIdMap *map)
 
 /* How far the entry in slot @i sits from its home slot. */
 static inline guint
-dist (WeftIdMap *map, guint i)
+dist (WeftIdMap *map, const guint *keys, guint i)
 {
-  return (i - (map->keys[i] & map->mask)) & map->mask;
+  return (i - (keys[i] & map->mask)) & map->mask;
 }
 
 /* Robin Hood insertion: an entry takes the slot of any entry closer to its
@@ -40,21 +52,22 @@ dist (WeftIdMap *map, guint i)
 static void
 place (WeftIdMap *map, guint key, gpointer value)
 {
+  guint *keys = keys_of (map);
   guint i = key & map->mask, d = 0;
   for (;; i = (i + 1) & map->mask, d++)
     {
-      if (map->keys[i] == 0)
+      if (keys[i] == 0)
         {
-          map->keys[i] = key;
+          keys[i] = key;
           map->values[i] = value;
           return;
         }
-      guint ed = dist (map, i);
+      guint ed = dist (map, keys, i);
       if (ed < d)
         {
-          guint k = map->keys[i];
+          guint k = keys[i];
           gpointer v = map->values[i];
-          map->keys[i] = key;
+          keys[i] = key;
           map->values[i] = value;
           key = k;
           value = v;
@@ -72,11 +85,14 @@ alloc_first (WeftIdMap *map)
 
   /* Values then keys in one block: one allocation per map. */
   map->values = g_malloc (MIN_CAP * (sizeof (gpointer) + sizeof (guint)));
-  map->keys = (guint *) (map->values + MIN_CAP);
-  memset (map->keys, 0, MIN_CAP * sizeof (guint));
   map->mask = MIN_CAP - 1;
-  if (map->len == 1)
-    place (map, one_key, one_value);
+  memset (keys_of (map), 0, MIN_CAP * sizeof (guint));
+  map->len = 0;
+  if (one_key != 0)
+    {
+      place (map, one_key, one_value);
+      map->len = 1;
+    }
 }
 
 /* Doubles the table in place. realloc extends a large block without
@@ -96,7 +112,6 @@ grow (WeftIdMap *map)
   memmove (keys, values + old_cap, old_cap * sizeof (guint));
   memset (keys + old_cap, 0, old_cap * sizeof (guint));
   map->values = values;
-  map->keys = keys;
   map->mask = cap - 1;
 
   guint n_away = 0;
@@ -135,11 +150,10 @@ grow (WeftIdMap *map)
 void
 weft__idmap_insert (WeftIdMap *map, guint key, gpointer value)
 {
-  if (map->mask == 0 && map->len == 0)
+  if (map->mask == 0 && map->one_key == 0)
     {
       map->one_key = key;
       map->one_value = value;
-      map->len = 1;
       return;
     }
   /* Keep the load under 1/2 so probe runs stay short. */
@@ -156,13 +170,14 @@ find (WeftIdMap *map, guint key)
 {
   if (map->mask == 0 || key == 0)
     return -1;
+  const guint *keys = keys_of (map);
   for (guint i = key & map->mask, d = 0;; i = (i + 1) & map->mask, d++)
     {
-      if (map->keys[i] == key)
+      if (keys[i] == key)
         return (gint) i;
       /* An empty slot, or an entry nearer its home than @key would be,
        * means @key is not in the run. */
-      if (map->keys[i] == 0 || dist (map, i) < d)
+      if (keys[i] == 0 || dist (map, keys, i) < d)
         return -1;
     }
 }
@@ -171,7 +186,7 @@ gpointer
 weft__idmap_lookup (WeftIdMap *map, guint key)
 {
   if (map->mask == 0)
-    return key != 0 && map->len == 1 && map->one_key == key ? map->one_value : NULL;
+    return key != 0 && map->one_key == key ? map->one_value : NULL;
   gint i = find (map, key);
   return i < 0 ? NULL : map->values[i];
 }
@@ -181,7 +196,7 @@ weft__idmap_remove (WeftIdMap *map, guint key)
 {
   if (map->mask == 0)
     {
-      if (key == 0 || map->len == 0 || map->one_key != key)
+      if (key == 0 || map->one_key != key)
         return NULL;
       gpointer one = map->one_value;
       weft__idmap_init (map);
@@ -194,15 +209,16 @@ weft__idmap_remove (WeftIdMap *map, guint key)
 
   /* Backward shift: pull the following displaced entries one slot nearer
    * their home; stop at an empty slot or an entry already at home. */
+  guint *keys = keys_of (map);
   guint hole = (guint) at;
-  for (guint j = (hole + 1) & map->mask; map->keys[j] != 0 && dist (map, j) > 0;
+  for (guint j = (hole + 1) & map->mask; keys[j] != 0 && dist (map, keys, j) > 0;
        j = (j + 1) & map->mask)
     {
-      map->keys[hole] = map->keys[j];
+      keys[hole] = keys[j];
       map->values[hole] = map->values[j];
       hole = j;
     }
-  map->keys[hole] = 0;
+  keys[hole] = 0;
   map->len--;
   return value;
 }
@@ -210,10 +226,10 @@ weft__idmap_remove (WeftIdMap *map, guint key)
 void
 weft__idmap_steal_all (WeftIdMap *map, GPtrArray *out)
 {
-  if (map->mask == 0 && map->len == 1)
+  if (map->mask == 0 && map->one_key != 0)
     g_ptr_array_add (out, map->one_value);
   for (guint i = 0; map->mask != 0 && i <= map->mask; i++)
-    if (map->keys[i] != 0)
+    if (keys_of (map)[i] != 0)
       g_ptr_array_add (out, map->values[i]);
   weft__idmap_clear (map);
 }

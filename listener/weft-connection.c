@@ -173,8 +173,8 @@ struct _WeftConnection {
 
   ReadCb reader;
   guint8 *rbuf;               /* unconsumed bytes; NULL when none */
-  gsize rlen;
-  gsize rcap;
+  guint32 rlen;               /* both at most max_read_buffer (< 4 GiB): */
+  guint32 rcap;               /* 8 bytes less per idle connection */
 
   /* write side */
   Chunk *wq_head;
@@ -870,7 +870,8 @@ weft_connection_stop_reading (WeftConnection *self)
 /**
  * weft_connection_set_max_read_buffer:
  * @self: a connection
- * @max_bytes: the most unconsumed bytes kept (at least 1; default 1 MiB)
+ * @max_bytes: the most unconsumed bytes kept (at least 1; default 1 MiB;
+ *   values above 4 GiB - 1 are taken as 4 GiB - 1)
  *
  * Bounds the bytes the connection keeps for its reader: more unconsumed
  * input than this fails the connection with
@@ -885,7 +886,7 @@ weft_connection_set_max_read_buffer (WeftConnection *self, gsize max_bytes)
   g_return_if_fail (self != NULL);
   g_return_if_fail (max_bytes > 0);
   g_return_if_fail (on_own_context (self));
-  ext_get (self)->max_read_buffer = max_bytes;
+  ext_get (self)->max_read_buffer = MIN (max_bytes, (gsize) G_MAXUINT32);
 }
 
 static void
@@ -1010,7 +1011,8 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
         return -ENOBUFS;
       if (self->rcap - self->rlen < 4096 && self->rcap < limit)
         {
-          self->rcap = MIN (MAX (self->rcap * 2, self->rlen + 4096), limit);
+          self->rcap = (guint32) MIN (MAX ((gsize) self->rcap * 2, (gsize) self->rlen + 4096),
+                                      limit);
           self->rbuf = g_realloc (self->rbuf, self->rcap);
         }
       buf = self->rbuf + self->rlen;
