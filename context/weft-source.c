@@ -126,6 +126,14 @@ weft__source_finalize (WeftSource *source)
     {
     case WEFT_SOURCE_FD:
     case WEFT_SOURCE_SIGNAL:
+      /* Removed, detached and not running: its callback cannot start
+       * again (a readiness node still in the inbox sees removed and is
+       * dropped), so the notify runs now, as weft_context_remove()
+       * promises, while the memory waits for the last reference (that
+       * node, an fd table lookup in flight). The unref that frees it
+       * happens after this store, through the atomic count. */
+      weft__source_call_notify (source);
+      source->notify = NULL;
       weft__source_unref (source);
       return;
     case WEFT_SOURCE_TIMEOUT:

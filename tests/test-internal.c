@@ -11,6 +11,10 @@ static struct _WeftNode *stub_race_prev;
 #define WEFT__MPSC_BEFORE_STUB_PUSH(head) stub_race_hook (head)
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include "weft-context-private.h"
 
 /* ---- id map ------------------------------------------------------------ */
@@ -764,6 +768,127 @@ test_foreach_tail_churn (void)
   weft_engine_unref (engine);
 }
 
+/* ---- a removed source's notify, with its readiness queued -------------- */
+
+typedef struct {
+  atomic_int started;   /* the blocking job runs */
+  atomic_int gate;      /* the blocking job waits for it */
+  atomic_int calls;     /* the source's callback */
+  atomic_int notified;
+} QueuedNotify;
+
+static void
+queued_block_job (gpointer data)
+{
+  QueuedNotify *q = data;
+  atomic_store (&q->started, 1);
+  while (!atomic_load (&q->gate))
+    g_usleep (500);
+}
+
+static void
+queued_notify (gpointer data)
+{
+  QueuedNotify *q = data;
+  atomic_fetch_add (&q->notified, 1);
+}
+
+static gboolean
+queued_fd_cb (gint fd, GIOCondition condition, gpointer data)
+{
+  QueuedNotify *q = data;
+  atomic_fetch_add (&q->calls, 1);
+  return G_SOURCE_CONTINUE;
+}
+
+static gboolean
+queued_signal_cb (gint signum, gpointer data)
+{
+  QueuedNotify *q = data;
+  atomic_fetch_add (&q->calls, 1);
+  return G_SOURCE_CONTINUE;
+}
+
+/* Variants: fd or signal source; removed by weft_context_remove() or by
+ * weft_context_destroy(). */
+typedef struct {
+  gboolean signal;
+  gboolean destroy;
+} QueuedVariant;
+
+static void
+test_notify_with_node_queued (gconstpointer data)
+{
+  const QueuedVariant *v = data;
+  g_test_summary ("A source whose readiness waits in its context's inbox (behind a running "
+                  "job) and is removed from another thread, by weft_context_remove() or "
+                  "weft_context_destroy(): its destroy notify has run when that call "
+                  "returns (the callback is not running), and its callback never runs");
+  if (v->signal && !g_test_subprocess ())
+    {
+      /* Blocking the signal in the test thread lasts for the process. */
+      g_test_trap_subprocess (NULL, 20 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  if (v->signal)
+    {
+      sigset_t set;
+      sigemptyset (&set);
+      sigaddset (&set, SIGUSR2);
+      g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+    }
+
+  QueuedNotify q = { 0 };
+  GError *error = NULL;
+  WeftEngine *engine = weft_engine_new (2, &error);
+  g_assert_no_error (error);
+  WeftContext *ctx = weft_context_new (engine);
+  int efd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+  g_assert_cmpint (efd, >=, 0);
+  guint id = v->signal
+                 ? weft_context_add_signal (ctx, SIGUSR2, queued_signal_cb, &q, queued_notify, &error)
+                 : weft_context_add_fd (ctx, efd, G_IO_IN, queued_fd_cb, &q, queued_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (id, >, 0);
+  weft_context_dispatch (ctx);
+
+  /* The job runs and blocks its context; the readiness then queues behind
+   * it (the job's node is off the inbox while it runs, so the inbox holds
+   * the source's node only). */
+  weft_context_post (ctx, queued_block_job, &q, NULL);
+  while (!atomic_load (&q.started))
+    g_usleep (500);
+  g_assert_false (weft__context_back_nonempty (ctx));
+  if (v->signal)
+    g_assert_cmpint (kill (getpid (), SIGUSR2), ==, 0);
+  else
+    {
+      guint64 one = 1;
+      g_assert_cmpint (write (efd, &one, sizeof one), ==, sizeof one);
+    }
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  while (!weft__context_back_nonempty (ctx))
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_usleep (500);
+    }
+
+  if (v->destroy)
+    weft_context_destroy (ctx);
+  else
+    g_assert_true (weft_context_remove (ctx, id));
+  g_assert_cmpint (atomic_load (&q.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&q.calls), ==, 0);
+
+  atomic_store (&q.gate, 1);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine); /* joins the workers: the queued node is done */
+  g_assert_cmpint (atomic_load (&q.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&q.calls), ==, 0);
+  close (efd);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -780,5 +905,15 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
   g_test_add_func ("/internal/jobcache-keeps-errno", test_jobcache_keeps_errno);
   g_test_add_func ("/internal/foreach-tail-churn", test_foreach_tail_churn);
+  static const QueuedVariant fd_remove = { FALSE, FALSE }, fd_destroy = { FALSE, TRUE },
+                             sig_remove = { TRUE, FALSE }, sig_destroy = { TRUE, TRUE };
+  g_test_add_data_func ("/internal/notify-with-node-queued/fd-remove", &fd_remove,
+                        test_notify_with_node_queued);
+  g_test_add_data_func ("/internal/notify-with-node-queued/fd-destroy", &fd_destroy,
+                        test_notify_with_node_queued);
+  g_test_add_data_func ("/internal/notify-with-node-queued/signal-remove", &sig_remove,
+                        test_notify_with_node_queued);
+  g_test_add_data_func ("/internal/notify-with-node-queued/signal-destroy", &sig_destroy,
+                        test_notify_with_node_queued);
   return g_test_run ();
 }
