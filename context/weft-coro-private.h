@@ -27,7 +27,12 @@ struct _WeftCoroWaiter {
   WeftCoro *coro;
   WeftCoroWaiter *prev, *next;
   gboolean queued;     /* HOLDS: the object's lock */
-  gpointer item;       /* a channel's hand-over */
+  /* (nullable) A waker chose this waiter (handed it the mutex, a signal,
+   * an item or room) and its coroutine was then abandoned with its
+   * context before it could take that: hands it on to the next waiter.
+   * Called under the object's lock with @obj. */
+  void (*pass_on) (gpointer obj, WeftCoroWaiter *w);
+  gpointer obj;
 };
 
 typedef struct {

@@ -50,12 +50,15 @@ current (const char *func)
 }
 
 /* Waits in @q (whose object lock @lock is held; it is released) until
- * woken; returns the reason. */
+ * woken; returns the reason. @pass_on (with @obj) hands on what a waker
+ * gave @w if its coroutine is abandoned before it takes it. */
 static gint
 wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_ms,
-         WeftCoroWaiter *w)
+         WeftCoroWaiter *w, void (*pass_on) (gpointer, WeftCoroWaiter *), gpointer obj)
 {
   w->coro = c;
+  w->pass_on = pass_on;
+  w->obj = obj;
   weft__coro_queue_push (q, w);
   weft__coro_set_wait_queue (c, lock, q, w);
   pthread_mutex_unlock (lock);
@@ -69,6 +72,23 @@ wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_
 }
 
 /* ---- mutex -------------------------------------------------------------- */
+
+/* Gives @mutex to the first waiter still waiting, or to nobody. HOLDS: lock. */
+static void
+hand_over (WeftCoroMutex *mutex)
+{
+  WeftCoroWaiter *w = weft__coro_queue_wake_one (&mutex->q);
+  mutex->owner = w != NULL ? w->coro : NULL;
+}
+
+/* The waiter the mutex was handed to is abandoned: it never held it. */
+static void
+mutex_pass_on (gpointer obj, WeftCoroWaiter *w)
+{
+  WeftCoroMutex *mutex = obj;
+  if (mutex->owner == w->coro)
+    hand_over (mutex);
+}
 
 /**
  * weft_coro_mutex_new:
@@ -158,7 +178,7 @@ weft_coro_mutex_lock (WeftCoroMutex *mutex)
       return -EINTR;
     }
   WeftCoroWaiter w = { 0 };
-  gint reason = wait_in (&mutex->lock, &mutex->q, c, -1, &w);
+  gint reason = wait_in (&mutex->lock, &mutex->q, c, -1, &w, mutex_pass_on, mutex);
   /* Woken by the hand-over: it is ours. Else (interrupted) it never was. */
   return reason == WEFT_CORO_WAKE_EVENT ? 0 : -EINTR;
 }
@@ -206,8 +226,7 @@ weft_coro_mutex_unlock (WeftCoroMutex *mutex)
       g_critical ("weft_coro_mutex_unlock: the calling coroutine does not hold the mutex");
       return;
     }
-  WeftCoroWaiter *w = weft__coro_queue_wake_one (&mutex->q);
-  mutex->owner = w != NULL ? w->coro : NULL;
+  hand_over (mutex);
   pthread_mutex_unlock (&mutex->lock);
 }
 
@@ -279,6 +298,16 @@ weft_coro_cond_unref (WeftCoroCond *cond)
   g_free (cond);
 }
 
+/* The waiter a signal chose is abandoned: the signal goes to the next one
+ * (after a broadcast that one may have come later: a spurious wake, which
+ * waiters recheck their predicate for anyway). */
+static void
+cond_pass_on (gpointer obj, WeftCoroWaiter *w)
+{
+  WeftCoroCond *cond = obj;
+  weft__coro_queue_wake_one (&cond->q);
+}
+
 /**
  * weft_coro_cond_wait:
  * @cond: a condition
@@ -307,6 +336,8 @@ weft_coro_cond_wait (WeftCoroCond *cond, WeftCoroMutex *mutex, gint timeout_ms)
     }
   WeftCoroWaiter w = { 0 };
   w.coro = c;
+  w.pass_on = cond_pass_on;
+  w.obj = cond;
   weft__coro_queue_push (&cond->q, &w);
   weft__coro_set_wait_queue (c, &cond->lock, &cond->q, &w);
   pthread_mutex_unlock (&cond->lock);
@@ -422,6 +453,26 @@ weft_coro_channel_unref (WeftCoroChannel *channel)
   g_free (channel);
 }
 
+/* A sender or receiver woken for room or an item (or the close) is
+ * abandoned: the next one in its queue gets the wake it would have used,
+ * if there is still something for it (waiters loop, so one woken in vain
+ * waits again). */
+static void
+senders_pass_on (gpointer obj, WeftCoroWaiter *w)
+{
+  WeftCoroChannel *channel = obj;
+  if (channel->closed || channel->n < channel->capacity)
+    weft__coro_queue_wake_one (&channel->senders);
+}
+
+static void
+receivers_pass_on (gpointer obj, WeftCoroWaiter *w)
+{
+  WeftCoroChannel *channel = obj;
+  if (channel->closed || channel->n > 0)
+    weft__coro_queue_wake_one (&channel->receivers);
+}
+
 /**
  * weft_coro_channel_send:
  * @channel: a channel
@@ -461,7 +512,8 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->senders, c, timeout_ms, &w);
+      gint reason = wait_in (&channel->lock, &channel->senders, c, timeout_ms, &w,
+                             senders_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);
     }
@@ -514,7 +566,8 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->receivers, c, timeout_ms, &w);
+      gint reason = wait_in (&channel->lock, &channel->receivers, c, timeout_ms, &w,
+                             receivers_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);
     }

@@ -323,6 +323,12 @@ abandon (WeftCoro *c)
       pthread_mutex_lock (c->wait_lock);
       if (c->waiter->queued)
         weft__coro_queue_remove (c->wait_q, c->waiter);
+      else if (c->waiter->pass_on != NULL &&
+               atomic_load (&c->wake_reason) == WEFT_CORO_WAKE_EVENT)
+        /* A waker took it out of the queue and woke it for something it
+         * will never take now (a mutex it would own, a signal, an item):
+         * that goes to the next waiter, else it would be lost with it. */
+        c->waiter->pass_on (c->waiter->obj, c->waiter);
       pthread_mutex_unlock (c->wait_lock);
       c->wait_lock = NULL;
     }

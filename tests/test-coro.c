@@ -978,6 +978,175 @@ test_destroy_with_suspended (void)
   weft_coro_cond_unref (s.cond);
 }
 
+/* ---- a wake chosen for a coroutine abandoned before it took it ---------- */
+
+typedef enum { HANDED_MUTEX, HANDED_COND, HANDED_CHANNEL } HandedKind;
+
+typedef struct {
+  HandedKind kind;
+  WeftCoroMutex *mutex;
+  WeftCoroCond *cond;
+  WeftCoroChannel *channel;
+  atomic_int held, go, released; /* the holder on A */
+  atomic_int gate, blocking;     /* B's blocking job */
+  atomic_int first_returned;     /* the doomed waiter on B: never */
+  atomic_int first_notified;
+  atomic_int second_result;      /* the waiter on C: 1 once it got it */
+  gpointer second_item;
+} Handed;
+
+/* On A: holds the mutex until told (mutex kind), or wakes the first waiter
+ * when told: a signal, or an item sent. */
+static gpointer
+handed_holder (gpointer data)
+{
+  Handed *h = data;
+  if (h->kind == HANDED_MUTEX)
+    g_assert_cmpint (weft_coro_mutex_lock (h->mutex), ==, 0);
+  atomic_store (&h->held, 1);
+  while (!atomic_load (&h->go))
+    weft_coro_sleep (1);
+  if (h->kind == HANDED_MUTEX)
+    weft_coro_mutex_unlock (h->mutex); /* hands it to the first waiter */
+  else if (h->kind == HANDED_COND)
+    weft_coro_cond_signal (h->cond);
+  else
+    g_assert_cmpint (weft_coro_channel_send (h->channel, GINT_TO_POINTER (7), -1), ==, 0);
+  atomic_store (&h->released, 1);
+  return NULL;
+}
+
+/* The wait of both waiters; returns TRUE once it got what it waited for. */
+static gboolean
+handed_wait (Handed *h, gpointer *item)
+{
+  switch (h->kind)
+    {
+    case HANDED_MUTEX:
+      if (weft_coro_mutex_lock (h->mutex) != 0)
+        return FALSE;
+      weft_coro_mutex_unlock (h->mutex);
+      return TRUE;
+    case HANDED_COND:
+      return weft_coro_cond_wait (h->cond, NULL, -1) == 0;
+    case HANDED_CHANNEL:
+      return weft_coro_channel_receive (h->channel, item, -1) == 0;
+    }
+  g_assert_not_reached ();
+}
+
+static gpointer
+handed_first (gpointer data)
+{
+  Handed *h = data;
+  gpointer item = NULL;
+  handed_wait (h, &item);
+  atomic_store (&h->first_returned, 1); /* abandoned before: never here */
+  return NULL;
+}
+
+static void
+handed_first_notify (gpointer data)
+{
+  Handed *h = data;
+  atomic_fetch_add (&h->first_notified, 1);
+}
+
+static gpointer
+handed_second (gpointer data)
+{
+  Handed *h = data;
+  gpointer item = NULL;
+  if (handed_wait (h, &item))
+    {
+      h->second_item = item;
+      atomic_store (&h->second_result, 1);
+    }
+  return NULL;
+}
+
+static void
+handed_block_job (gpointer data)
+{
+  Handed *h = data;
+  atomic_store (&h->blocking, 1);
+  while (!atomic_load (&h->gate))
+    g_usleep (500);
+}
+
+static void
+handed_mark_job (gpointer data)
+{
+  atomic_store ((atomic_int *) data, 1);
+}
+
+/* Coroutine W on context B waits (a mutex lock, a condition, a channel's
+ * receive), then W2 on C. B runs a job that blocks. A holder on A unlocks
+ * the mutex (handing it to W), signals once, or sends one item: W is
+ * woken, its resume job queues behind B's blocking job, and B is destroyed
+ * before it runs, so W is abandoned without taking what it was given. That
+ * goes to W2: without the pass-on, the mutex stayed owned by the freed W,
+ * and the signal or the item's wake was lost, so W2 waited for ever. */
+static void
+test_handed_to_abandoned (gconstpointer data)
+{
+  Env e;
+  env_init (&e, 2);
+  Handed *h = g_new0 (Handed, 1);
+  h->kind = GPOINTER_TO_INT (data);
+  h->mutex = weft_coro_mutex_new ();
+  h->cond = weft_coro_cond_new ();
+  h->channel = weft_coro_channel_new (1, NULL);
+  WeftContext *b = new_ctx (e.engine), *c = new_ctx (e.engine);
+
+  weft_coro_unref (weft_coro_spawn (e.ctx, handed_holder, h, NULL, 0));
+  WT_WAIT_UNTIL (atomic_load (&h->held));
+  g_assert_true (atomic_load (&h->held));
+
+  /* The jobs after each spawn run once the coroutine has suspended in its
+   * wait (a context runs one thing at a time, in order): W is queued
+   * before W2. */
+  WeftCoro *first = weft_coro_spawn (b, handed_first, h, handed_first_notify, 0);
+  weft_context_post (b, handed_block_job, h, NULL);
+  WT_WAIT_UNTIL (atomic_load (&h->blocking));
+  g_assert_true (atomic_load (&h->blocking));
+  atomic_int second_queued = 0;
+  weft_coro_unref (weft_coro_spawn (c, handed_second, h, NULL, 0));
+  weft_context_post (c, handed_mark_job, &second_queued, NULL);
+  WT_WAIT_UNTIL (atomic_load (&second_queued));
+  g_assert_true (atomic_load (&second_queued));
+
+  atomic_store (&h->go, 1);
+  WT_WAIT_UNTIL (atomic_load (&h->released));
+  g_assert_true (atomic_load (&h->released));
+  /* Destroyed while its job runs: what is queued (W's resume job) is
+   * dropped, and W abandoned, once that job returns. */
+  weft_context_destroy (b);
+  atomic_store (&h->gate, 1);
+  WT_WAIT_UNTIL (atomic_load (&h->first_notified));
+  g_assert_cmpint (atomic_load (&h->first_notified), ==, 1);
+
+  WT_WAIT_UNTIL (atomic_load (&h->second_result));
+  g_assert_cmpint (atomic_load (&h->second_result), ==, 1);
+  if (h->kind == HANDED_CHANNEL)
+    g_assert_true (h->second_item == GINT_TO_POINTER (7));
+  g_assert_cmpint (atomic_load (&h->first_returned), ==, 0);
+
+  WT_WAIT_UNTIL (weft_coro_is_done (first));
+  g_assert_true (weft_coro_is_done (first));
+  weft_coro_unref (first);
+  weft_context_unref (b);
+  weft_context_destroy (c);
+  weft_context_unref (c);
+  env_clear (&e);
+  g_assert_cmpint (atomic_load (&h->first_notified), ==, 1);
+  g_assert_cmpint (atomic_load (&h->first_returned), ==, 0);
+  weft_coro_mutex_unref (h->mutex); /* criticals if still owned or waited on */
+  weft_coro_cond_unref (h->cond);
+  weft_coro_channel_unref (h->channel);
+  g_free (h);
+}
+
 /* ---- stack overflow ----------------------------------------------------- */
 
 static guint
@@ -1140,6 +1309,12 @@ main (int argc, char **argv)
   g_test_add_func ("/coro/channel", test_channel);
   g_test_add_func ("/coro/locals", test_locals);
   g_test_add_func ("/coro/destroy-with-suspended", test_destroy_with_suspended);
+  g_test_add_data_func ("/coro/mutex-handed-to-abandoned-waiter",
+                        GINT_TO_POINTER (HANDED_MUTEX), test_handed_to_abandoned);
+  g_test_add_data_func ("/coro/cond-signal-to-abandoned-waiter",
+                        GINT_TO_POINTER (HANDED_COND), test_handed_to_abandoned);
+  g_test_add_data_func ("/coro/channel-item-to-abandoned-receiver",
+                        GINT_TO_POINTER (HANDED_CHANNEL), test_handed_to_abandoned);
   g_test_add_func ("/coro/stack-overflow", test_stack_overflow);
   g_test_add_func ("/coro/many-connections", test_many_connections);
   return g_test_run ();
