@@ -974,6 +974,103 @@ hexval (char c)
   return -1;
 }
 
+/* chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+ * with chunk-ext-name = token and chunk-ext-val = token / quoted-string
+ * (RFC 9112 §7.1.1), checked byte by byte. Extensions mean nothing here
+ * and are skipped, but one that is not the grammar is refused (400), not
+ * read past: a recipient that ended it elsewhere (at a quote, a
+ * backslash or blank) would frame the body differently. BWS is taken
+ * only where the grammar has it, so "5 \r\n" is refused too. */
+enum {
+  EXT_START,     /* after the size: ';', BWS or the end */
+  EXT_START_BWS, /* BWS after the size: ';' must follow */
+  EXT_NAME_START,/* after ';': BWS, then a name */
+  EXT_NAME,      /* in the name */
+  EXT_NAME_BWS,  /* BWS after the name: '=' or ';' must follow */
+  EXT_VAL_START, /* after '=': BWS, then a token or a quoted string */
+  EXT_VAL_TOKEN, /* in a token value */
+  EXT_QUOTED,    /* in a quoted string */
+  EXT_QUOTED_PAIR, /* after a backslash in it */
+  EXT_VAL_END,   /* after the closing quote */
+  EXT_VAL_BWS,   /* BWS after a value: ';' must follow */
+};
+
+static inline gboolean
+ext_may_end (guint8 state)
+{
+  return state == EXT_START || state == EXT_NAME || state == EXT_VAL_TOKEN ||
+         state == EXT_VAL_END;
+}
+
+/* Advances *@state over @c (not CR); FALSE if @c may not come here. */
+static gboolean
+ext_step (guint8 *state, char c)
+{
+  gboolean ws = c == ' ' || c == '\t';
+  guint8 u = (guint8) c;
+  switch (*state)
+    {
+    case EXT_START:
+    case EXT_START_BWS:
+    case EXT_VAL_END:
+    case EXT_VAL_BWS:
+      if (c == ';')
+        *state = EXT_NAME_START;
+      else if (ws)
+        *state = *state == EXT_START || *state == EXT_START_BWS ? EXT_START_BWS : EXT_VAL_BWS;
+      else
+        return FALSE;
+      return TRUE;
+    case EXT_NAME_START:
+      if (IS (c, C_TCHAR))
+        *state = EXT_NAME;
+      return ws || IS (c, C_TCHAR);
+    case EXT_NAME:
+    case EXT_NAME_BWS:
+      if (c == ';')
+        *state = EXT_NAME_START;
+      else if (c == '=')
+        *state = EXT_VAL_START;
+      else if (ws)
+        *state = EXT_NAME_BWS;
+      else if (!(*state == EXT_NAME && IS (c, C_TCHAR)))
+        return FALSE;
+      return TRUE;
+    case EXT_VAL_START:
+      if (c == '"')
+        *state = EXT_QUOTED;
+      else if (IS (c, C_TCHAR))
+        *state = EXT_VAL_TOKEN;
+      else if (!ws)
+        return FALSE;
+      return TRUE;
+    case EXT_VAL_TOKEN:
+      if (c == ';')
+        *state = EXT_NAME_START;
+      else if (ws)
+        *state = EXT_VAL_BWS;
+      else if (!IS (c, C_TCHAR))
+        return FALSE;
+      return TRUE;
+    case EXT_QUOTED:
+      /* qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text */
+      if (c == '"')
+        *state = EXT_VAL_END;
+      else if (c == '\\')
+        *state = EXT_QUOTED_PAIR;
+      else if (!(ws || (u >= 0x21 && u != 0x7f)))
+        return FALSE;
+      return TRUE;
+    case EXT_QUOTED_PAIR:
+      /* quoted-pair = "\" ( HTAB / SP / VCHAR / obs-text ) */
+      if (!(ws || (u >= 0x21 && u != 0x7f)))
+        return FALSE;
+      *state = EXT_QUOTED;
+      return TRUE;
+    }
+  return FALSE;
+}
+
 #define CH_FAIL(code)                                                                             \
   do                                                                                              \
     {                                                                                             \
@@ -1021,26 +1118,19 @@ weft_http_chunked_decode (WeftHttpChunked *dec, const char *buf, gsize len, cons
             break; /* look at @c again as part of the extension */
           }
         case CH_EXT:
-          /* chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ):
-           * checked for characters and length, its content ignored. The
-           * first non-blank character must be ';'. */
           if (++dec->line_len > MAX_SIZE_LINE)
             CH_FAIL (400);
           if (c == '\r')
             {
+              /* Only where an extension (or none) may end. */
+              if (!ext_may_end (dec->ext_state))
+                CH_FAIL (400);
               dec->state = CH_SIZE_LF;
               p++;
               break;
             }
-          if (!IS (c, C_VALUE))
-            CH_FAIL (400); /* bare LF, NUL, other controls */
-          /* Only whitespace until the first ';'. */
-          if (!dec->in_ext && c != ' ' && c != '\t')
-            {
-              if (c != ';')
-                CH_FAIL (400);
-              dec->in_ext = TRUE;
-            }
+          if (!ext_step (&dec->ext_state, c))
+            CH_FAIL (400); /* bare LF, NUL, controls, or not the grammar */
           p++;
           break;
         case CH_SIZE_LF:
@@ -1049,7 +1139,7 @@ weft_http_chunked_decode (WeftHttpChunked *dec, const char *buf, gsize len, cons
           p++;
           dec->line_len = 0;
           dec->digits = 0;
-          dec->in_ext = FALSE;
+          dec->ext_state = EXT_START;
           if (dec->remaining == 0)
             dec->state = CH_TRAILER;
           else

@@ -106,7 +106,7 @@ typedef struct {
   guint64 max_body;   /* over: 413 */
   gsize line_len;     /* bytes of the current size line or trailer section */
   guint digits;
-  gboolean in_ext;    /* past the first ';' of the size line */
+  guint8 ext_state;   /* where the size line's chunk-ext is (its grammar) */
 } WeftHttpChunked;
 
 void weft_http_chunked_init (WeftHttpChunked *dec, guint64 max_body);
