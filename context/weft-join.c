@@ -32,7 +32,8 @@ G_DEFINE_BOXED_TYPE (WeftJoin, weft_join, weft_join_ref, weft_join_unref)
  * @context: (nullable): where to post the continuation (lazy), or %NULL to
  *   run it on the thread that ends the last task (eager)
  * @continuation: (scope notified) (closure user_data) (destroy notify):
- *   what to run after the last task
+ *   what to run after the last task; it may drop the last reference to
+ *   the join
  * @user_data: data for @continuation
  * @notify: (nullable): called with @user_data after @continuation ran, or
  *   when the join is freed without completing
@@ -132,9 +133,13 @@ weft_join_done (WeftJoin *self)
     weft_context_post (self->context, self->func, self->user_data, self->notify);
   else
     {
-      self->func (self->user_data);
-      if (self->notify != NULL)
-        self->notify (self->user_data);
+      /* The continuation may drop the last reference to @self. */
+      WeftJobFunc func = self->func;
+      gpointer user_data = self->user_data;
+      GDestroyNotify notify = self->notify;
+      func (user_data);
+      if (notify != NULL)
+        notify (user_data);
     }
 }
 

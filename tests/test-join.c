@@ -58,6 +58,51 @@ j_task (gpointer data)
   atomic_fetch_add (&j->tasks_returned, 1);
 }
 
+/* ---- /join/continuation-drops-last-ref -------------------------------- */
+
+static void
+drop_join_continuation (gpointer data)
+{
+  J *j = data;
+  atomic_fetch_add (&j->cont_runs, 1);
+  weft_join_unref (j->join); /* the last reference: the join is freed here */
+}
+
+/* A continuation may drop the last reference to its join, eager or lazy:
+ * weft_join_done() must not read the join after running it (AddressSanitizer
+ * and Valgrind in CI see such a read). */
+static void
+test_continuation_drops_last_ref (void)
+{
+  g_test_summary ("An eager and a lazy continuation that unref their join (the last "
+                  "reference) run once, then their notify once, and nothing reads the "
+                  "freed join");
+  /* Eager: on the thread that ends the last task, here. */
+  J *j = g_new0 (J, 1);
+  j->join = weft_join_new (1, NULL, drop_join_continuation, j, j_notify);
+  weft_join_done (j->join);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+  g_free (j);
+
+  /* Lazy: posted to a context. */
+  j = g_new0 (J, 1);
+  j->engine = wt_engine_new (2);
+  j->ctx = weft_context_new (j->engine);
+  weft_context_dispatch (j->ctx);
+  j->join = weft_join_new (1, j->ctx, drop_join_continuation, j, j_notify);
+  weft_join_done (j->join);
+  WT_WAIT_UNTIL (atomic_load (&j->notified) == 1);
+  g_assert_cmpint (atomic_load (&j->cont_runs), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified), ==, 1);
+  g_assert_cmpint (atomic_load (&j->notified_before_cont), ==, 0);
+  weft_context_destroy (j->ctx);
+  weft_context_unref (j->ctx);
+  weft_engine_unref (j->engine);
+  g_free (j);
+}
+
 /* ---- /join/eager ------------------------------------------------------- */
 
 static void
@@ -348,6 +393,7 @@ main (int argc, char **argv)
   g_test_add_func ("/join/post-to-context", test_post_to_context);
   g_test_add_func ("/join/post-fails", test_post_fails);
   g_test_add_func ("/join/add", test_add);
+  g_test_add_func ("/join/continuation-drops-last-ref", test_continuation_drops_last_ref);
 
   return g_test_run ();
 }
