@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-net-util.h"
+#include "weft-connection-private.h"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -682,6 +683,53 @@ test_shutdown (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /listener/shutdown-racing-last-close ---------------------------- */
+
+static atomic_int closing_held;
+
+static void
+hold_closing (void)
+{
+  atomic_store (&closing_held, 1);
+  g_usleep (300 * 1000); /* the shutdown runs meanwhile, on the other worker */
+}
+
+/* The last live connection closes while a shutdown starts: the close has
+ * read "not stopping" and is about to count itself out when the shutdown
+ * looks at the count. Whichever way it falls, done comes, says drained,
+ * and comes long before the deadline. (When the two were apart, done never
+ * came: the shutdown saw one live connection and armed its deadline, the
+ * close saw no shutdown and posted no drained job.) */
+static void
+test_shutdown_racing_last_close (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, NULL));
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_listener_start (l, NULL));
+  int live = wt_connect_tcp (port);
+  echo_once (live);
+  g_assert_cmpuint (weft_listener_get_n_connections (l), ==, 1);
+
+  atomic_store (&closing_held, 0);
+  weft__listener_test_closing_hook = hold_closing;
+  close (live);
+  WT_WAIT_UNTIL (atomic_load (&closing_held));
+  g_assert_true (atomic_load (&closing_held));
+  Done d = { 0 };
+  gint64 t0 = g_get_monotonic_time ();
+  weft_listener_shutdown (l, 3000, on_done, &d, NULL);
+  WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
+  weft__listener_test_closing_hook = NULL;
+  g_assert_cmpint (atomic_load (&d.done), ==, 1);
+  g_assert_cmpint (atomic_load (&d.drained), ==, 1);
+  g_assert_cmpint (g_get_monotonic_time () - t0, <, 2000 * 1000);
+  g_assert_cmpuint (weft_listener_get_n_connections (l), ==, 0);
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -699,5 +747,6 @@ main (int argc, char **argv)
   g_test_add_func ("/listener/emfile", test_emfile);
   g_test_add_func ("/listener/echo-1000", test_echo_1000);
   g_test_add_func ("/listener/shutdown", test_shutdown);
+  g_test_add_func ("/listener/shutdown-racing-last-close", test_shutdown_racing_last_close);
   return g_test_run ();
 }
