@@ -43,7 +43,7 @@ WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener
 /* Tests only (NULL otherwise): called by a closing connection between
  * reading the listener's stopping flag and counting itself out, so a test
  * can hold that point while a shutdown runs. */
-extern void (*weft__listener_test_closing_hook) (void);
+extern void (*_Atomic weft__listener_test_closing_hook) (void);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be

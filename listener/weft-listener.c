@@ -397,7 +397,7 @@ listener_unref_internal_notify (gpointer data)
   listener_internal_unref (data);
 }
 
-void (*weft__listener_test_closing_hook) (void);
+void (*_Atomic weft__listener_test_closing_hook) (void);
 
 /* On the connection's context, once it is closed. */
 void
@@ -411,8 +411,10 @@ weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
   pthread_mutex_lock (&self->lock);
   guint max = self->max_connections;
   gboolean stopping = self->stopping;
-  if (G_UNLIKELY (weft__listener_test_closing_hook != NULL))
-    weft__listener_test_closing_hook ();
+  void (*hook) (void) = atomic_load_explicit (&weft__listener_test_closing_hook,
+                                              memory_order_acquire);
+  if (G_UNLIKELY (hook != NULL))
+    hook ();
   guint before = atomic_fetch_sub (&self->n_live, 1);
   pthread_mutex_unlock (&self->lock);
   if (max != 0 && before == max)

@@ -713,7 +713,7 @@ test_shutdown_racing_last_close (void)
   g_assert_cmpuint (weft_listener_get_n_connections (l), ==, 1);
 
   atomic_store (&closing_held, 0);
-  weft__listener_test_closing_hook = hold_closing;
+  atomic_store (&weft__listener_test_closing_hook, hold_closing);
   close (live);
   WT_WAIT_UNTIL (atomic_load (&closing_held));
   g_assert_true (atomic_load (&closing_held));
@@ -721,7 +721,7 @@ test_shutdown_racing_last_close (void)
   gint64 t0 = g_get_monotonic_time ();
   weft_listener_shutdown (l, 3000, on_done, &d, NULL);
   WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
-  weft__listener_test_closing_hook = NULL;
+  atomic_store (&weft__listener_test_closing_hook, NULL);
   g_assert_cmpint (atomic_load (&d.done), ==, 1);
   g_assert_cmpint (atomic_load (&d.drained), ==, 1);
   g_assert_cmpint (g_get_monotonic_time () - t0, <, 2000 * 1000);
