@@ -26,6 +26,8 @@ typedef struct {
   WeftConnectFunc func;
   gpointer user_data;
   GDestroyNotify notify;
+  gint64 deadline_us;       /* monotonic; 0: none. The timeout itself is
+                             * added on ctx, which alone touches timeout_id */
 
   /* on ctx only, once resolved */
   struct addrinfo *addrs;
@@ -37,6 +39,7 @@ typedef struct {
   guint timeout_id;
   gboolean finished;
   GError *last_error;
+  WeftConnection *conn;     /* (owned) (nullable) in its TLS handshake */
 } Connect;
 
 static Connect *
@@ -54,6 +57,11 @@ connect_unref (gpointer data)
     return;
   if (!c->finished && c->notify != NULL)
     c->notify (c->user_data); /* the context refused our jobs */
+  /* The context went with a connect in flight (its fd source and jobs
+   * dropped): the socket is ours to close. */
+  if (c->fd >= 0)
+    close (c->fd);
+  g_clear_pointer (&c->conn, weft_connection_unref);
   if (c->addrs != NULL)
     freeaddrinfo (c->addrs);
   if (c->tls != NULL)
@@ -76,6 +84,13 @@ finish (Connect *c, WeftConnection *conn, GError *error)
   if (c->timeout_id != 0)
     weft_context_remove (c->ctx, c->timeout_id);
   c->timeout_id = 0;
+  /* Failing (the deadline) with a connection in its TLS handshake: nobody
+   * will get it, so it goes now (its done callback, called by the abort,
+   * finds this finished). */
+  WeftConnection *handshaking = c->conn;
+  c->conn = NULL;
+  if (handshaking != NULL && handshaking != conn)
+    weft_connection_abort (handshaking);
   if (c->fd_id != 0)
     weft_context_remove (c->ctx, c->fd_id);
   c->fd_id = 0;
@@ -86,6 +101,8 @@ finish (Connect *c, WeftConnection *conn, GError *error)
   if (c->notify != NULL)
     c->notify (c->user_data);
   g_clear_error (&error);
+  if (handshaking != NULL)
+    weft_connection_unref (handshaking);
 }
 
 static void try_next (Connect *c);
@@ -111,10 +128,11 @@ connected (Connect *c)
     }
   if (c->tls != NULL)
     {
-      /* The deadline covers the handshake too: keep the timeout. */
+      /* The deadline covers the handshake too: keep the timeout, and the
+       * connection, which finish() aborts if it passes. */
+      c->conn = conn;
       weft_connection_start_tls (conn, c->tls, c->host, tls_done, connect_ref (c),
                                  connect_unref);
-      weft_connection_unref (conn);
       return;
     }
   finish (c, conn, NULL);
@@ -321,6 +339,12 @@ start_job (gpointer data)
   Connect *c = data;
   if (c->finished)
     return;
+  if (c->deadline_us != 0)
+    {
+      gint64 left_us = MAX (c->deadline_us - g_get_monotonic_time (), 0);
+      c->timeout_id = weft_context_add_timeout (c->ctx, (guint) ((left_us + 999) / 1000),
+                                                on_timeout, connect_ref (c), connect_unref);
+    }
   resolver_push (connect_ref (c));
 }
 
@@ -362,8 +386,7 @@ weft_connection_connect_async (WeftContext *ctx, const gchar *host, guint16 port
   c->notify = notify;
   c->fd = -1;
   if (timeout_ms != 0)
-    c->timeout_id = weft_context_add_timeout (ctx, timeout_ms, on_timeout, connect_ref (c),
-                                              connect_unref);
+    c->deadline_us = g_get_monotonic_time () + (gint64) timeout_ms * 1000;
   /* Start from the context, so the pool's answer cannot overtake it. */
   weft_context_post (ctx, start_job, c, connect_unref);
 }

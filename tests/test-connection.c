@@ -941,6 +941,78 @@ test_connect_async (void)
   wt_server_stop (&srv);
 }
 
+/* ---- /connection/connect-destroyed-in-flight ----------------------------- */
+
+static guint
+count_open_fds (void)
+{
+  guint n = 0;
+  GDir *d = g_dir_open ("/proc/self/fd", 0, NULL);
+  g_assert_nonnull (d);
+  while (g_dir_read_name (d) != NULL)
+    n++;
+  g_dir_close (d);
+  return n;
+}
+
+static void
+never_connected (WeftConnection *conn, const GError *error, gpointer user_data)
+{
+  g_assert_not_reached (); /* its context goes first */
+}
+
+static void
+count_notify (gpointer user_data)
+{
+  atomic_fetch_add ((atomic_int *) user_data, 1);
+}
+
+/* A connect still in flight (SYN sent to a listener whose accept queue is
+ * full, which drops it) when its context is destroyed: the notify runs
+ * once, and the socket is closed (it leaked: nobody closed the fd the
+ * dropped fd source and jobs had been left). */
+static void
+test_connect_destroyed_in_flight (void)
+{
+  int lfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  socklen_t len = sizeof sa;
+  g_assert_cmpint (bind (lfd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (lfd, 0), ==, 0);
+  g_assert_cmpint (getsockname (lfd, (struct sockaddr *) &sa, &len), ==, 0);
+  /* Fill the accept queue (never accepted): later SYNs are dropped. */
+  int fillers[4];
+  for (guint i = 0; i < G_N_ELEMENTS (fillers); i++)
+    {
+      fillers[i] = socket (AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      connect (fillers[i], (struct sockaddr *) &sa, sizeof sa);
+    }
+  g_usleep (100 * 1000);
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  guint before = count_open_fds ();
+  atomic_int notified = 0;
+  weft_connection_connect_async (ctx, "127.0.0.1", ntohs (sa.sin_port), 0, NULL,
+                                 never_connected, &notified, count_notify);
+  /* Its socket exists once the name is resolved and the connect started. */
+  WT_WAIT_UNTIL (count_open_fds () == before + 1);
+  g_assert_cmpuint (count_open_fds (), ==, before + 1);
+  g_usleep (50 * 1000); /* (still in flight: the SYN gets no answer) */
+  weft_context_destroy (ctx);
+  WT_WAIT_UNTIL (atomic_load (&notified) == 1);
+  g_assert_cmpint (atomic_load (&notified), ==, 1);
+  WT_WAIT_UNTIL (count_open_fds () == before);
+  g_assert_cmpuint (count_open_fds (), ==, before);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  for (guint i = 0; i < G_N_ELEMENTS (fillers); i++)
+    close (fillers[i]);
+  close (lfd);
+}
+
 /* ---- /connection/python-client ----------------------------------------- */
 
 /* Python's socket module as the client: a line protocol round trip with
@@ -1102,6 +1174,7 @@ main (int argc, char **argv)
   g_test_add_func ("/connection/many-file-parts-drain", test_many_file_parts_drain);
   g_test_add_func ("/connection/addresses", test_addresses);
   g_test_add_func ("/connection/connect-async", test_connect_async);
+  g_test_add_func ("/connection/connect-destroyed-in-flight", test_connect_destroyed_in_flight);
   g_test_add_func ("/connection/python-client", test_python_client);
   return g_test_run ();
 }

@@ -939,6 +939,66 @@ test_handshake_timeout (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/connect-deadline-mid-handshake ------------------------------- */
+
+typedef struct {
+  atomic_int done;
+  atomic_int code;
+  atomic_int got_conn;
+} DeadlineConnect;
+
+static void
+deadline_connected (WeftConnection *conn, const GError *error, gpointer user_data)
+{
+  DeadlineConnect *d = user_data;
+  atomic_store (&d->got_conn, conn != NULL);
+  atomic_store (&d->code, error != NULL && error->domain == G_IO_ERROR ? error->code : -1);
+  atomic_store (&d->done, 1);
+}
+
+/* weft_connection_connect_async() with TLS whose deadline passes in the
+ * handshake (a server that takes the TCP connection and never answers the
+ * ClientHello): the callback says TIMED_OUT, and the connection it never
+ * handed out is closed then, not left open until its context goes (the
+ * server sees it end). */
+static void
+test_connect_deadline_mid_handshake (void)
+{
+  int lfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  socklen_t len = sizeof sa;
+  g_assert_cmpint (bind (lfd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (lfd, 4), ==, 0);
+  g_assert_cmpint (getsockname (lfd, (struct sockaddr *) &sa, &len), ==, 0);
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  WeftTlsConfig *cc = client_config ();
+  DeadlineConnect d = { 0 };
+  weft_connection_connect_async (ctx, "127.0.0.1", ntohs (sa.sin_port), 300, cc,
+                                 deadline_connected, &d, NULL);
+  int sfd = accept4 (lfd, NULL, NULL, SOCK_CLOEXEC);
+  g_assert_cmpint (sfd, >=, 0);
+  WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
+  g_assert_cmpint (atomic_load (&d.done), ==, 1);
+  g_assert_cmpint (atomic_load (&d.got_conn), ==, 0);
+  g_assert_cmpint (atomic_load (&d.code), ==, G_IO_ERROR_TIMED_OUT);
+
+  /* The ClientHello, then the end, well within the receive timeout (a
+   * timeout fails the assertion inside wt_recv_to_eof). */
+  wt_set_timeouts (sfd, 5000);
+  gboolean reset = FALSE;
+  g_byte_array_unref (wt_recv_to_eof (sfd, TRUE, &reset));
+
+  close (sfd);
+  close (lfd);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_tls_config_unref (cc);
+  weft_engine_unref (engine);
+}
+
 /* ---- /tls/many-handshakes ---------------------------------------------- */
 
 /* Concurrent handshakes on every worker: 200 Weft clients on one engine
@@ -1208,6 +1268,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/sni", test_sni);
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
   g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
+  g_test_add_func ("/tls/connect-deadline-mid-handshake", test_connect_deadline_mid_handshake);
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
   g_test_add_func ("/tls/https-hostile", test_https_hostile);
   int r = g_test_run ();
