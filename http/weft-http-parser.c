@@ -599,7 +599,21 @@ typedef struct {
   gboolean cl_too_big;
   gboolean cl_bad; /* a Content-Length that is not 1*DIGIT: 400 */
   gboolean expect_continue;
+  gboolean expect_unknown; /* an expectation other than 100-continue: 417 */
 } Framing;
+
+/* Expect = #expectation (RFC 9110 §10.1.1); 100-continue is the only one
+ * defined (case-insensitive, no parameters). */
+static gboolean
+expect_element (WeftHttpSlice el, gpointer data)
+{
+  Framing *fr = data;
+  if (slice_ieq (el, "100-continue"))
+    fr->expect_continue = TRUE;
+  else
+    fr->expect_unknown = TRUE;
+  return !fr->expect_unknown;
+}
 
 /* The five names that matter here have lengths 4, 6, 10, 14 and 17, which
  * are told apart by (length / 2) % 8: that slot's name_key() is the only
@@ -690,8 +704,8 @@ note_framing (Framing *fr, guint slot, WeftHttpSlice name, WeftHttpSlice value)
         }
       break;
     case SLOT_EXPECT:
-      if (slice_ieq (name, "expect") && slice_ieq (value, "100-continue"))
-        fr->expect_continue = TRUE;
+      if (slice_ieq (name, "expect"))
+        for_each_element (value, expect_element, fr);
       break;
     default:
       g_assert_not_reached ();
@@ -751,6 +765,12 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const Framing 
     req->keep_alive = !fr->conn.close;
   else
     req->keep_alive = fr->conn.keep_alive && !fr->conn.close;
+  /* RFC 9110 §10.1.1: an expectation the server cannot meet may be
+   * answered 417, the strict choice (a client waiting for one we do not
+   * know would otherwise take the answer as meeting it). Framing errors
+   * come first: after them the connection cannot go on at all. */
+  if (fr->expect_unknown)
+    return 417;
   req->expect_continue = fr->expect_continue;
   return 0;
 }

@@ -79,7 +79,7 @@ typedef struct {
 
 /* Parses a request head at @buf (@len bytes so far). Returns its length
  * (the body, if any, follows), WEFT_HTTP_INCOMPLETE, or WEFT_HTTP_ERROR
- * with *@status (400, 413, 414, 431, 501, 505) and req->close_after.
+ * with *@status (400, 413, 414, 417, 431, 501, 505) and req->close_after.
  * With either of the two, req->method is set if the method and the SP
  * after it were read (an answer to a HEAD carries no content), else empty.
  * @headers: room for @max_headers entries; more header lines give 431. */

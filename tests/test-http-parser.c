@@ -554,20 +554,29 @@ test_too_many_headers (void)
 }
 
 /* Expect: 100-continue is noticed by name and value, either in any case,
- * and only then. */
+ * and only then; any other expectation is refused with 417 (RFC 9110
+ * §10.1.1's MAY, the strict choice); an empty Expect is no expectation. */
 static void
 test_expect_continue (void)
 {
   static const struct {
     const char *field;
     gboolean expect;
+    guint status;
   } cases[] = {
-    { "Expect: 100-continue", TRUE },
-    { "EXPECT: 100-Continue", TRUE },
-    { "Expect: 100-continuex", FALSE },
-    { "Expect: 100-continu", FALSE },
-    { "Expecx: 100-continue", FALSE },
-    { "X: 100-continue", FALSE },
+    { "Expect: 100-continue", TRUE, 0 },
+    { "EXPECT: 100-Continue", TRUE, 0 },
+    { "Expect:   100-continue  ", TRUE, 0 },
+    { "Expect: 100-continue, 100-continue", TRUE, 0 },
+    { "Expect:", FALSE, 0 },
+    { "Expecx: 100-continue", FALSE, 0 },
+    { "X: 100-continue", FALSE, 0 },
+    { "Expect: 100-continuex", FALSE, 417 },
+    { "Expect: 100-continu", FALSE, 417 },
+    { "Expect: foo", FALSE, 417 },
+    { "Expect: 100-continue, foo", FALSE, 417 },
+    { "Expect: 100-continue;x=1", FALSE, 417 },
+    { "Expect: 200-ok", FALSE, 417 },
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
     {
@@ -576,9 +585,18 @@ test_expect_continue (void)
       WeftHttpHeader headers[MAX_HEADERS];
       WeftHttpHead req;
       guint status = 0;
-      g_assert_cmpint (parse (in, strlen (in), &req, headers, &status), ==, (gssize) strlen (in));
-      if (req.expect_continue != cases[i].expect)
-        g_error ("%s: expect_continue %d", cases[i].field, req.expect_continue);
+      gssize r = parse (in, strlen (in), &req, headers, &status);
+      if (cases[i].status != 0)
+        {
+          if (r != WEFT_HTTP_ERROR || status != cases[i].status)
+            g_error ("%s: parsed %" G_GSSIZE_FORMAT ", status %u", cases[i].field, r, status);
+        }
+      else
+        {
+          g_assert_cmpint (r, ==, (gssize) strlen (in));
+          if (req.expect_continue != cases[i].expect)
+            g_error ("%s: expect_continue %d", cases[i].field, req.expect_continue);
+        }
       g_free (in);
     }
 }

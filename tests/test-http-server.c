@@ -698,6 +698,11 @@ test_bad_requests (void)
                             "800\r\n",
                             "HTTP/1.1 413 ");
   expect_status_then_close (s.port, "GET / HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP/1.1 505 ");
+  /* An expectation other than 100-continue: 417 before the body, close. */
+  expect_status_then_close (s.port,
+                            "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: something-else\r\n"
+                            "Content-Length: 5\r\n\r\nhello",
+                            "HTTP/1.1 417 ");
   expect_status_then_close (s.port, "BREW / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
                             "HTTP/1.1 501 ");
   /* A good request before a bad one is answered first. */
