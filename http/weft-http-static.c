@@ -213,22 +213,112 @@ format_http_date (time_t t, char *buf, gsize len)
             months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-/* Parses an IMF-fixdate (the only form we send); -1 if it is not one. */
+/* Reads @n digits at @p into *@v; FALSE if any is not a digit. */
+static gboolean
+digits (const char *p, guint n, int *v)
+{
+  *v = 0;
+  for (guint i = 0; i < n; i++)
+    {
+      if (!g_ascii_isdigit (p[i]))
+        return FALSE;
+      *v = *v * 10 + (p[i] - '0');
+    }
+  return TRUE;
+}
+
+/* The month at @p (three letters, case-sensitive as RFC 9110 spells
+ * them), or -1. */
+static int
+month_of (const char *p)
+{
+  static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+  for (int i = 0; i < 12; i++)
+    if (strncmp (p, months[i], 3) == 0)
+      return i;
+  return -1;
+}
+
+/* The length of the day name at @p (short: "Sun"; long: "Sunday"), or 0. */
+static gsize
+day_name (const char *p, gboolean long_form)
+{
+  static const char *const days[] = { "Sunday", "Monday", "Tuesday", "Wednesday",
+                                      "Thursday", "Friday", "Saturday" };
+  for (guint i = 0; i < G_N_ELEMENTS (days); i++)
+    {
+      gsize n = long_form ? strlen (days[i]) : 3;
+      if (strncmp (p, days[i], n) == 0)
+        return n;
+    }
+  return 0;
+}
+
+/* "HH:MM:SS" at @p into @tm; FALSE unless it is one, in range. */
+static gboolean
+time_of_day (const char *p, struct tm *tm)
+{
+  return digits (p, 2, &tm->tm_hour) && p[2] == ':' && digits (p + 3, 2, &tm->tm_min) &&
+         p[5] == ':' && digits (p + 6, 2, &tm->tm_sec) && tm->tm_hour <= 23 && tm->tm_min <= 59 &&
+         tm->tm_sec <= 60;
+}
+
+/* An HTTP-date (RFC 9110 §5.6.7) in any of its three forms, which a
+ * recipient must all accept: IMF-fixdate ("Sun, 06 Nov 1994 08:49:37
+ * GMT", the one we send), RFC 850 ("Sunday, 06-Nov-94 08:49:37 GMT") and
+ * asctime ("Sun Nov  6 08:49:37 1994"). -1 for anything else, a day the
+ * month does not have included: an invalid date is ignored (§13.1.3), not
+ * normalised into some other day. */
 static time_t
 parse_http_date (const char *s)
 {
-  static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
   struct tm tm = { 0 };
-  char mon[4] = { 0 };
-  if (sscanf (s, "%*3s, %2d %3s %4d %2d:%2d:%2d GMT", &tm.tm_mday, mon, &tm.tm_year,
-              &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+  int year = 0;
+  gsize n = strlen (s);
+  gsize d;
+  if (n == 29 && (d = day_name (s, FALSE)) == 3 && s[3] == ',' && s[4] == ' ')
+    {
+      /* IMF-fixdate */
+      if (!digits (s + 5, 2, &tm.tm_mday) || s[7] != ' ' || (tm.tm_mon = month_of (s + 8)) < 0 ||
+          s[11] != ' ' || !digits (s + 12, 4, &year) || s[16] != ' ' ||
+          !time_of_day (s + 17, &tm) || strcmp (s + 25, " GMT") != 0)
+        return -1;
+    }
+  else if (n == 24 && day_name (s, FALSE) == 3 && s[3] == ' ')
+    {
+      /* asctime: the day is ( 2DIGIT / ( SP DIGIT ) ) */
+      if ((tm.tm_mon = month_of (s + 4)) < 0 || s[7] != ' ' ||
+          !(s[8] == ' ' ? digits (s + 9, 1, &tm.tm_mday) : digits (s + 8, 2, &tm.tm_mday)) ||
+          s[10] != ' ' || !time_of_day (s + 11, &tm) || s[19] != ' ' || !digits (s + 20, 4, &year))
+        return -1;
+    }
+  else if ((d = day_name (s, TRUE)) != 0 && n == d + 24 && s[d] == ',' && s[d + 1] == ' ')
+    {
+      /* RFC 850: a two-digit year more than 50 years ahead is in the past */
+      const char *p = s + d + 2;
+      if (!digits (p, 2, &tm.tm_mday) || p[2] != '-' || (tm.tm_mon = month_of (p + 3)) < 0 ||
+          p[6] != '-' || !digits (p + 7, 2, &year) || p[9] != ' ' || !time_of_day (p + 10, &tm) ||
+          strcmp (p + 18, " GMT") != 0)
+        return -1;
+      GDateTime *now = g_date_time_new_now_utc ();
+      int this_year = g_date_time_get_year (now);
+      g_date_time_unref (now);
+      year += this_year - this_year % 100;
+      if (year > this_year + 50)
+        year -= 100;
+    }
+  else
     return -1;
-  const char *m = strstr (months, mon);
-  if (m == NULL || (m - months) % 3 != 0 || mon[0] == '\0')
+  if (tm.tm_mday < 1 || year < 1900)
     return -1;
-  tm.tm_mon = (int) ((m - months) / 3);
-  tm.tm_year -= 1900;
-  return timegm (&tm);
+  tm.tm_year = year - 1900;
+  int mday = tm.tm_mday, mon = tm.tm_mon;
+  time_t t = timegm (&tm);
+  /* timegm normalises (31 Feb is 3 Mar): refuse what it had to move. */
+  if (t == (time_t) -1 || tm.tm_mday != mday || tm.tm_mon != mon)
+    return -1;
+  return t;
 }
 
 /* One "bytes=" range of a @size-byte file. Returns 1 with the range, 0 to
@@ -251,8 +341,10 @@ parse_range (const char *h, guint64 size, guint64 *off, guint64 *len)
       guint64 n = g_ascii_strtoull (p + 1, &end, 10);
       if (*end != '\0')
         return 0;
-      if (n == 0 || size == 0)
+      if (n == 0)
         return -1;
+      if (size == 0)
+        return 0; /* satisfiable (§14.1.1), yet no part to send: the whole */
       n = MIN (n, size);
       *off = size - n;
       *len = n;
@@ -299,6 +391,102 @@ if_range_holds (const char *h, const char *etag, time_t mtime)
   return t >= 0 && t == mtime && time (NULL) - mtime >= 1;
 }
 
+/* Whether a request for @path names a directory: it ends in a slash, or
+ * in a "." segment (maybe escaped). A file asked for that way is not
+ * there (as a file system says ENOTDIR), so one file has one URL and
+ * relative links in it resolve as its author meant. */
+static gboolean
+names_directory (const char *path)
+{
+  const char *last = strrchr (path, '/');
+  last = last != NULL ? last + 1 : path;
+  if (*last == '\0')
+    return TRUE;
+  g_autofree gchar *seg = g_uri_unescape_string (last, NULL);
+  return seg != NULL && strcmp (seg, ".") == 0;
+}
+
+/* Running as root, the kernel lets us read anything: then serve only what
+ * any user could read (o+r on the file, o+x on each directory below the
+ * root on its way), as a server that dropped its privileges would, so a
+ * file kept private in the tree is not published by running as root. */
+static gboolean
+readable_by_anyone (int root_fd, const char *rel, const struct stat *st)
+{
+  if ((st->st_mode & S_IROTH) == 0)
+    return FALSE;
+  g_autofree gchar *dirs = g_strdup (rel);
+  for (char *slash = strchr (dirs, '/'); slash != NULL; slash = strchr (slash + 1, '/'))
+    {
+      *slash = '\0';
+      struct stat ds;
+      gboolean ok = strcmp (dirs, ".") == 0 ||
+                    (fstatat (root_fd, dirs, &ds, 0) == 0 && (ds.st_mode & S_IXOTH) != 0);
+      *slash = '/';
+      if (!ok)
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* RFC 9110 §13.1.1-2: whether a list of entity tags in the request's
+ * @name fields (all of its lines: a list may be split over several)
+ * matches @etag (a strong tag of ours, quotes included). -1 without the
+ * field; 1 for "*" or a match, strong (§8.8.3.2: a weak tag never
+ * matches) or weak (W/ ignored); 0 otherwise, a malformed list included
+ * (it matches nothing). */
+static int
+etag_list_matches (WeftHttpRequest *req, const char *name, const char *etag, gboolean strong)
+{
+  int found = -1;
+  gsize elen = strlen (etag);
+  for (gsize i = 0; i < req->n_headers; i++)
+    {
+      if (g_ascii_strcasecmp (req->headers[i].name.ptr, name) != 0)
+        continue;
+      if (found < 0)
+        found = 0;
+      const char *p = req->headers[i].value.ptr;
+      for (;;)
+        {
+          while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+          if (*p == '\0')
+            break;
+          if (*p == '*')
+            {
+              p++;
+              found = 1;
+              continue;
+            }
+          gboolean weak = p[0] == 'W' && p[1] == '/';
+          if (weak)
+            p += 2;
+          if (*p != '"')
+            return 0;
+          const char *q = p + 1;
+          while (*q != '"' && *q != '\0')
+            {
+              guint8 c = (guint8) *q;
+              if (c < 0x21 || c == 0x7f)
+                return 0; /* etagc = %x21 / %x23-7E / obs-text */
+              q++;
+            }
+          if (*q != '"')
+            return 0;
+          q++;
+          if ((gsize) (q - p) == elen && memcmp (p, etag, elen) == 0 && !(weak && strong))
+            found = 1;
+          p = q;
+          while (*p == ' ' || *p == '\t')
+            p++;
+          if (*p != ',' && *p != '\0')
+            return 0;
+        }
+    }
+  return found;
+}
+
 static void
 answer_status (WeftHttpRequest *req, guint status)
 {
@@ -330,6 +518,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
       return;
     }
+  const gchar *index_rel = NULL; /* rel, once it is a directory's index */
   int fd = weft__http_static_open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
   int open_err = fd < 0 ? errno : 0;
   struct stat st;
@@ -359,6 +548,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       open_err = fd < 0 ? errno : 0;
       g_free (rel);
       rel = index;
+      index_rel = index;
       if (fd >= 0 && fstat (fd, &st) != 0)
         {
           close (fd);
@@ -370,16 +560,27 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       close (fd);
       fd = -1;
     }
-  if (fd < 0 || !S_ISREG (st.st_mode))
+  if (fd >= 0 && (!S_ISREG (st.st_mode) || (index_rel == NULL && names_directory (path))))
     {
-      if (fd >= 0)
-        close (fd);
+      /* Not a file, or a file asked for as a directory ("/a.txt/"). */
+      close (fd);
+      fd = -1;
+      open_err = ENOENT;
+    }
+  if (fd >= 0 && geteuid () == 0 && !readable_by_anyone (d->root_fd, rel, &st))
+    {
+      close (fd);
+      fd = -1;
+      open_err = EACCES;
+    }
+  if (fd < 0)
+    {
       /* Out of descriptors or memory says nothing about the file: a 404
        * then would be wrong, and cached as such. */
       guint status = 404;
-      if (fd < 0 && open_err == EACCES)
+      if (open_err == EACCES)
         status = 403;
-      else if (fd < 0 && (open_err == EMFILE || open_err == ENFILE || open_err == ENOMEM))
+      else if (open_err == EMFILE || open_err == ENFILE || open_err == ENOMEM)
         status = 503;
       answer_status (req, status);
       g_free (rel);
@@ -394,28 +595,56 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   weft_http_request_add_response_header (req, "Last-Modified", modified);
   weft_http_request_add_response_header (req, "Accept-Ranges", "bytes");
 
-  /* RFC 9110 §13.1.2: If-None-Match first, If-Modified-Since without it. */
-  const char *inm = weft_http_request_get_header (req, "If-None-Match");
-  const char *ims = weft_http_request_get_header (req, "If-Modified-Since");
-  gboolean not_modified = FALSE;
-  if (inm != NULL)
-    not_modified = strcmp (inm, "*") == 0 || strstr (inm, etag) != NULL;
-  else if (ims != NULL)
-    {
-      time_t t = parse_http_date (ims);
-      not_modified = t >= 0 && st.st_mtim.tv_sec <= t;
-    }
+  /* RFC 9110 §13.2.2, in its order: If-Match (strong), else
+   * If-Unmodified-Since, refuse with 412; then If-None-Match (weak), else
+   * If-Modified-Since, answer 304. A date that is not an HTTP-date is
+   * ignored (§13.1.3-4). */
   const char *type = mime_type (rel);
   g_free (rel);
-  if (not_modified)
+  time_t mtime = st.st_mtim.tv_sec;
+  guint cond_status = 0;
+  int im = etag_list_matches (req, "If-Match", etag, TRUE);
+  if (im == 0)
+    cond_status = 412;
+  else if (im < 0)
+    {
+      const char *ius = weft_http_request_get_header (req, "If-Unmodified-Since");
+      time_t t = ius != NULL ? parse_http_date (ius) : -1;
+      if (t >= 0 && mtime > t)
+        cond_status = 412;
+    }
+  if (cond_status == 0)
+    {
+      int inm = etag_list_matches (req, "If-None-Match", etag, FALSE);
+      if (inm > 0)
+        cond_status = 304;
+      else if (inm < 0)
+        {
+          const char *ims = weft_http_request_get_header (req, "If-Modified-Since");
+          time_t t = ims != NULL ? parse_http_date (ims) : -1;
+          if (t >= 0 && mtime <= t)
+            cond_status = 304;
+        }
+    }
+  if (cond_status == 304)
     {
       close (fd);
       weft_http_request_respond (req, 304, NULL, NULL, 0);
       return;
     }
+  if (cond_status == 412)
+    {
+      close (fd);
+      answer_status (req, 412);
+      return;
+    }
 
   guint64 size = (guint64) st.st_size, off = 0, len = size;
-  const char *range = weft_http_request_get_header (req, "Range");
+  /* Range is defined for GET only (§14.2): a HEAD gets the whole
+   * answer's head, as its GET without Range would. */
+  const char *range = strcmp (weft_http_request_get_method (req), "GET") == 0
+                          ? weft_http_request_get_header (req, "Range")
+                          : NULL;
   const char *if_range = weft_http_request_get_header (req, "If-Range");
   if (range != NULL && if_range != NULL && !if_range_holds (if_range, etag, st.st_mtim.tv_sec))
     range = NULL;
@@ -447,13 +676,19 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
  * @error: return location for a #GError
  *
  * Serves the files under @root for GET and HEAD: a directory's
- * index.html, MIME types by extension, ETag and Last-Modified with 304,
- * single byte ranges (206, 416; If-Range honoured), bodies sent with
- * sendfile. Nothing outside @root is ever served: ".." segments (also
- * percent-encoded) are refused and files are opened with
- * openat2(RESOLVE_BENEATH), so symlinks cannot lead out either. Where
- * openat2 is missing (Linux before 5.6), no symlink under @root is
- * followed at all. No directory listings.
+ * index.html, MIME types by extension, ETag and Last-Modified with the
+ * conditional requests of RFC 9110 (If-Match and If-Unmodified-Since
+ * answer 412, If-None-Match and If-Modified-Since 304; dates in all three
+ * HTTP-date forms), single byte ranges for GET (206, 416; If-Range
+ * honoured), bodies sent with sendfile. Nothing outside @root is ever
+ * served: ".." segments (also percent-encoded) are refused and files are
+ * opened with openat2(RESOLVE_BENEATH), so symlinks cannot lead out
+ * either. Where openat2 is missing (Linux before 5.6), no symlink under
+ * @root is followed at all. No directory listings. A file named as a
+ * directory ("/a.txt/") is not found. In a process running as root
+ * (which the kernel lets read anything), only what any user could read
+ * is served, the file world-readable and the directories on its way
+ * below @root world-searchable; anything else is 403.
  *
  * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
  *   directory

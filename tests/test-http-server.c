@@ -808,12 +808,12 @@ static_files (gboolean walk)
   g_assert_true (g_file_set_contents (p = g_build_filename (root, "a.txt", NULL),
                                       "0123456789abcdef", -1, NULL));
   g_free (p);
-  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0700), ==, 0);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0755), ==, 0);
   g_free (p);
   g_assert_true (g_file_set_contents (p = g_build_filename (root, "sub", "b.txt", NULL),
                                       "bbb", -1, NULL));
   g_free (p);
-  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "docs", NULL), 0700), ==, 0);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "docs", NULL), 0755), ==, 0);
   g_free (p);
   g_assert_true (g_file_set_contents (p = g_build_filename (root, "docs", "index.html", NULL),
                                       "<h1>docs</h1>", -1, NULL));
@@ -924,7 +924,7 @@ static_hostile_paths (gboolean walk)
   gchar *p;
   g_assert_true (g_file_set_contents (p = g_build_filename (root, "a.txt", NULL), "AAA", -1, NULL));
   g_free (p);
-  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0700), ==, 0);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (root, "sub", NULL), 0755), ==, 0);
   g_free (p);
   g_assert_cmpint (mkfifo (p = g_build_filename (root, "pipe", NULL), 0600), ==, 0);
   g_free (p);

@@ -234,6 +234,218 @@ test_root_redirect (void)
   srv_stop (&s);
 }
 
+/* Sets @name's times to 1600000000 (Sun, 13 Sep 2020 12:26:40 GMT). */
+static void
+set_old_mtime (Srv *s, const char *name)
+{
+  gchar *path = g_build_filename (s->root, name, NULL);
+  struct utimbuf past = { 1600000000, 1600000000 };
+  g_assert_cmpint (g_utime (path, &past), ==, 0);
+  g_free (path);
+}
+
+static gchar *
+etag_of (Srv *s, const char *path)
+{
+  gchar *got = get (s->port, path, NULL);
+  gchar *etag = header_of (got, "\r\nETag: ");
+  g_free (got);
+  return etag;
+}
+
+static void
+expect_status (gchar *got, const char *status_line, const char *what)
+{
+  if (!g_str_has_prefix (got, status_line))
+    g_error ("%s: expected %s, got:\n%s", what, status_line, got);
+  g_free (got);
+}
+
+/* RFC 9110 §13.1-13.2: If-Match (strong comparison) and
+ * If-Unmodified-Since refuse with 412, before If-None-Match (weak) and
+ * If-Modified-Since answer 304; lists of entity tags may be split over
+ * several lines and are matched tag by tag, not as text. If-Match and
+ * If-Unmodified-Since were ignored, If-None-Match matched as a substring
+ * of its first line only. */
+static void
+test_preconditions (void)
+{
+  static const char *const names[] = { "a.txt", NULL };
+  static const char *const contents[] = { "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  set_old_mtime (&s, "a.txt");
+  gchar *etag = etag_of (&s, "/a.txt");
+  const char *after = "Mon, 14 Sep 2020 00:00:00 GMT";  /* after the mtime */
+  const char *before = "Sat, 12 Sep 2020 00:00:00 GMT"; /* before it */
+  struct {
+    const char *fmt; /* {E}: the ETag, {A}: a date after, {B}: a date before */
+    const char *status;
+  } rows[] = {
+    { "If-Match: {E}\r\n", "HTTP/1.1 200 " },
+    { "If-Match: *\r\n", "HTTP/1.1 200 " },
+    { "If-Match: \"zzz\", {E}\r\n", "HTTP/1.1 200 " },
+    { "If-Match: \"zzz\"\r\n", "HTTP/1.1 412 " },
+    { "If-Match: W/{E}\r\n", "HTTP/1.1 412 " },   /* a weak tag never matches strongly */
+    { "If-Match: x{E}\r\n", "HTTP/1.1 412 " },    /* malformed: matches nothing */
+    { "If-Unmodified-Since: {A}\r\n", "HTTP/1.1 200 " },
+    { "If-Unmodified-Since: {B}\r\n", "HTTP/1.1 412 " },
+    { "If-Unmodified-Since: yesterday\r\n", "HTTP/1.1 200 " }, /* not a date: ignored */
+    { "If-Match: {E}\r\nIf-Unmodified-Since: {B}\r\n", "HTTP/1.1 200 " }, /* If-Match wins */
+    { "If-Match: \"zzz\"\r\nIf-None-Match: {E}\r\n", "HTTP/1.1 412 " },  /* 412 first */
+    { "If-None-Match: {E}\r\n", "HTTP/1.1 304 " },
+    { "If-None-Match: W/{E}\r\n", "HTTP/1.1 304 " }, /* weak comparison */
+    { "If-None-Match: *\r\n", "HTTP/1.1 304 " },
+    { "If-None-Match: \"a\"\r\nIf-None-Match: {E}\r\n", "HTTP/1.1 304 " }, /* one list */
+    { "If-None-Match: \"a\", {E}\r\n", "HTTP/1.1 304 " },
+    { "If-None-Match: x{E}y\r\n", "HTTP/1.1 200 " }, /* no substring match */
+    { "If-None-Match: \"a\"\r\n", "HTTP/1.1 200 " },
+    { "If-None-Match: \"a\"\r\nIf-Modified-Since: {A}\r\n", "HTTP/1.1 200 " }, /* INM wins */
+    { "If-Modified-Since: {A}\r\n", "HTTP/1.1 304 " },
+    { "If-Modified-Since: {B}\r\n", "HTTP/1.1 200 " },
+    { "If-Unmodified-Since: {A}\r\nIf-None-Match: {E}\r\n", "HTTP/1.1 304 " },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+    {
+      GString *extra = g_string_new (rows[i].fmt);
+      g_string_replace (extra, "{E}", etag, 0);
+      g_string_replace (extra, "{A}", after, 0);
+      g_string_replace (extra, "{B}", before, 0);
+      expect_status (get (s.port, "/a.txt", extra->str), rows[i].status, extra->str);
+      g_string_free (extra, TRUE);
+    }
+  g_free (etag);
+  srv_stop (&s);
+}
+
+/* RFC 9110 §5.6.7: a recipient accepts all three forms of HTTP-date
+ * (IMF-fixdate, RFC 850 with its two-digit year, asctime), and §13.1.3
+ * ignores an invalid one: sscanf and timegm made "99 Jan 2099 99:99:99"
+ * a date, and knew only the first form. */
+static void
+test_http_dates (void)
+{
+  static const char *const names[] = { "a.txt", NULL };
+  static const char *const contents[] = { "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  set_old_mtime (&s, "a.txt");
+  struct {
+    const char *date;
+    const char *status; /* as If-Modified-Since: 304 if read as the mtime */
+  } rows[] = {
+    { "Sun, 13 Sep 2020 12:26:40 GMT", "HTTP/1.1 304 " },
+    { "Sunday, 13-Sep-20 12:26:40 GMT", "HTTP/1.1 304 " },
+    { "Sun Sep 13 12:26:40 2020", "HTTP/1.1 304 " },
+    { "Sun Sep  3 12:26:40 2020", "HTTP/1.1 200 " }, /* asctime's " 3": ten days before */
+    { "Sun, 13 Sep 2020 12:26:39 GMT", "HTTP/1.1 200 " },
+    { "Sun, 99 Jan 2099 99:99:99 GMT", "HTTP/1.1 200 " },
+    { "Sun, 31 Feb 2099 00:00:00 GMT", "HTTP/1.1 200 " },
+    { "Sun, 13 sep 2099 00:00:00 GMT", "HTTP/1.1 200 " },
+    { "Sun, 13 Sep 2099 00:00:00 UTC", "HTTP/1.1 200 " },
+    { "Sun, 13 Sep 2099 00:00:00 GMT junk", "HTTP/1.1 200 " },
+    { "Sun,  13 Sep 2099 00:00:00 GMT", "HTTP/1.1 200 " },
+    { "Sunday, 13-Sep-2099 00:00:00 GMT", "HTTP/1.1 200 " },
+    { "2099-09-13T00:00:00Z", "HTTP/1.1 200 " },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+    {
+      gchar *extra = g_strdup_printf ("If-Modified-Since: %s\r\n", rows[i].date);
+      expect_status (get (s.port, "/a.txt", extra), rows[i].status, extra);
+      g_free (extra);
+    }
+  srv_stop (&s);
+}
+
+/* A file asked for as a directory (a trailing slash, or a last "."
+ * segment) is not found, as open() says ENOTDIR: it was served, so one
+ * file had several URLs and its relative links resolved elsewhere. */
+static void
+test_file_as_directory (void)
+{
+  static const char *const names[] = { "a.txt", NULL };
+  static const char *const contents[] = { "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  const char *const paths[] = { "/a.txt/", "/a.txt/.", "/a.txt/%2e", "/a.txt//", "/a.txt/./" };
+  for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
+    expect_status (get (s.port, paths[i], NULL), "HTTP/1.1 404 ", paths[i]);
+  expect_answer (get (s.port, "/a.txt", NULL), "HTTP/1.1 200 ", "0123456789");
+  expect_answer (get (s.port, "/./a.txt", NULL), "HTTP/1.1 200 ", "0123456789");
+  srv_stop (&s);
+}
+
+/* Range edges: on an empty file a suffix range is satisfiable yet has no
+ * part to send (§14.1.1), so the whole (empty) file, 200; any other
+ * range is 416. A HEAD ignores Range (§14.2: defined for GET only) and
+ * gets the whole answer's head. */
+static void
+test_range_edges (void)
+{
+  static const char *const names[] = { "empty.txt", "a.txt", NULL };
+  static const char *const contents[] = { "", "0123456789", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  expect_answer (get (s.port, "/empty.txt", "Range: bytes=-1\r\n"), "HTTP/1.1 200 ", "");
+  gchar *got = get (s.port, "/empty.txt", "Range: bytes=0-\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 416 ") || strstr (got, "\r\nContent-Range: bytes */0\r\n") == NULL)
+    g_error ("empty file, bytes=0-:\n%s", got);
+  g_free (got);
+  got = exchange_to_close (s.port, "HEAD /a.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+                                   "Range: bytes=2-4\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 ") || strstr (got, "\r\nContent-Length: 10\r\n") == NULL ||
+      strstr (got, "Content-Range") != NULL || !g_str_has_suffix (got, "\r\n\r\n"))
+    g_error ("HEAD with Range:\n%s", got);
+  g_free (got);
+  expect_answer (get (s.port, "/a.txt", "Range: bytes=2-4\r\n"), "HTTP/1.1 206 ", "234");
+  srv_stop (&s);
+}
+
+/* Run as root, the kernel lets the server read anything: it serves only
+ * what any user could read (the file o+r, each directory below the root
+ * on its way o+x), so a private file in the tree is not published by
+ * running as root (it was). As another user the kernel decides: the
+ * owner's 0600 file is served, a mode 000 one is not (403 either way). */
+static void
+test_private_files (void)
+{
+  static const char *const names[] = { "public.txt", "private.txt", "none.txt", NULL };
+  static const char *const contents[] = { "pub", "priv", "none", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  gchar *p;
+  g_assert_cmpint (g_chmod (p = g_build_filename (s.root, "private.txt", NULL), 0600), ==, 0);
+  g_free (p);
+  g_assert_cmpint (g_chmod (p = g_build_filename (s.root, "none.txt", NULL), 0), ==, 0);
+  g_free (p);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (s.root, "closed", NULL), 0700), ==, 0);
+  g_free (p);
+  g_assert_true (g_file_set_contents (p = g_build_filename (s.root, "closed", "f.txt", NULL),
+                                      "in closed", -1, NULL));
+  g_free (p);
+  g_assert_cmpint (g_mkdir (p = g_build_filename (s.root, "search", NULL), 0711), ==, 0);
+  g_free (p);
+  g_assert_true (g_file_set_contents (p = g_build_filename (s.root, "search", "f.txt", NULL),
+                                      "in search", -1, NULL));
+  g_free (p);
+
+  gboolean root = geteuid () == 0;
+  expect_answer (get (s.port, "/public.txt", NULL), "HTTP/1.1 200 ", "pub");
+  expect_status (get (s.port, "/none.txt", NULL), "HTTP/1.1 403 ", "mode 000");
+  expect_answer (get (s.port, "/search/f.txt", NULL), "HTTP/1.1 200 ", "in search");
+  if (root)
+    {
+      expect_status (get (s.port, "/private.txt", NULL), "HTTP/1.1 403 ", "0600, as root");
+      expect_status (get (s.port, "/closed/f.txt", NULL), "HTTP/1.1 403 ", "in 0700, as root");
+    }
+  else
+    {
+      expect_answer (get (s.port, "/private.txt", NULL), "HTTP/1.1 200 ", "priv");
+      expect_answer (get (s.port, "/closed/f.txt", NULL), "HTTP/1.1 200 ", "in closed");
+    }
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -242,5 +454,10 @@ main (int argc, char **argv)
   g_test_add_func ("/http-static/unread-answers-hold-few-fds", test_unread_answers_hold_few_fds);
   g_test_add_func ("/http-static/if-range", test_if_range);
   g_test_add_func ("/http-static/root-redirect", test_root_redirect);
+  g_test_add_func ("/http-static/preconditions", test_preconditions);
+  g_test_add_func ("/http-static/http-dates", test_http_dates);
+  g_test_add_func ("/http-static/file-as-directory", test_file_as_directory);
+  g_test_add_func ("/http-static/range-edges", test_range_edges);
+  g_test_add_func ("/http-static/private-files", test_private_files);
   return g_test_run ();
 }
