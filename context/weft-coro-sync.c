@@ -73,12 +73,25 @@ wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_
 
 /* ---- mutex -------------------------------------------------------------- */
 
-/* Gives @mutex to the first waiter still waiting, or to nobody. HOLDS: lock. */
+/* Gives @mutex to the first waiter still waiting, or to nobody. HOLDS: lock.
+ * The owner is set before the wake: a resume refused at once (its context
+ * closing) abandons the waiter inside the wake, and its pass-on must find
+ * it the owner to hand the mutex on. After a wake that took, the waiter
+ * (on its coroutine's stack) may be gone: not touched again. */
 static void
 hand_over (WeftCoroMutex *mutex)
 {
-  WeftCoroWaiter *w = weft__coro_queue_wake_one (&mutex->q);
-  mutex->owner = w != NULL ? w->coro : NULL;
+  WeftCoroWaiter *w;
+  while ((w = mutex->q.head) != NULL)
+    {
+      WeftCoro *next = w->coro;
+      weft__coro_queue_remove (&mutex->q, w);
+      mutex->owner = next;
+      if (weft__coro_wake (next, WEFT_CORO_WAKE_EVENT))
+        return;
+      /* Already woken by its timeout or an interrupt: the next one. */
+    }
+  mutex->owner = NULL;
 }
 
 /* The waiter the mutex was handed to is abandoned: it never held it. */

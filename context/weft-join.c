@@ -130,7 +130,14 @@ weft_join_done (WeftJoin *self)
 
   atomic_store (&self->fired, 1);
   if (self->context != NULL)
-    weft_context_post (self->context, self->func, self->user_data, self->notify);
+    {
+      /* The continuation may run on another worker at once and drop the
+       * join, and with it this reference to the context, while the post
+       * still reads the context: post through one of our own. */
+      WeftContext *ctx = weft_context_ref (self->context);
+      weft_context_post (ctx, self->func, self->user_data, self->notify);
+      weft_context_unref (ctx);
+    }
   else
     {
       /* The continuation may drop the last reference to @self. */

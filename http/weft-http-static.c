@@ -55,7 +55,7 @@ static atomic_bool use_walk;
  * the link points. Each step opens relative to the fd of the previous
  * one, so nothing is resolved twice. errno is that of the failing step. */
 static int
-open_walk (int root_fd, const char *rel)
+open_walk (int root_fd, const char *rel, gboolean anyone)
 {
   int dir = root_fd;
   const char *p = rel;
@@ -88,6 +88,17 @@ open_walk (int root_fd, const char *rel)
         }
       if (fd < 0 || slash == NULL)
         return fd;
+      /* @anyone: only through directories any user may search (EACCES);
+       * the root itself ("." for its index) was chosen by whoever serves
+       * it. */
+      struct stat ds;
+      if (anyone && !(n == 1 && p[0] == '.') &&
+          (fstat (fd, &ds) != 0 || (ds.st_mode & S_IXOTH) == 0))
+        {
+          close (fd);
+          errno = EACCES;
+          return -1;
+        }
       dir = fd;
       p = slash + 1;
     }
@@ -108,7 +119,7 @@ weft__http_static_open_beneath (int root_fd, const char *rel)
         return fd < 0 ? -1 : (int) fd;
       atomic_store_explicit (&use_walk, true, memory_order_relaxed);
     }
-  return open_walk (root_fd, rel);
+  return open_walk (root_fd, rel, FALSE);
 }
 
 /* For the tests: walk whether or not openat2 exists (TRUE), or try
@@ -406,27 +417,18 @@ names_directory (const char *path)
   return seg != NULL && strcmp (seg, ".") == 0;
 }
 
-/* Running as root, the kernel lets us read anything: then serve only what
- * any user could read (o+r on the file, o+x on each directory below the
- * root on its way), as a server that dropped its privileges would, so a
- * file kept private in the tree is not published by running as root. */
-static gboolean
-readable_by_anyone (int root_fd, const char *rel, const struct stat *st)
+/* Opens @rel beneath the root. Running as root, the kernel lets us read
+ * anything: then only what any user could read is served (o+x on each
+ * directory below the root on the way, o+r on the file, which serve()
+ * checks), as by a server that dropped its privileges, so a file kept
+ * private in the tree is not published by running as root. That walk
+ * follows no symlink (one could lead past a closed directory), and it
+ * checks the directories it opened, not names looked up again. */
+static int
+open_file (StaticDir *d, const char *rel, gboolean as_root)
 {
-  if ((st->st_mode & S_IROTH) == 0)
-    return FALSE;
-  g_autofree gchar *dirs = g_strdup (rel);
-  for (char *slash = strchr (dirs, '/'); slash != NULL; slash = strchr (slash + 1, '/'))
-    {
-      *slash = '\0';
-      struct stat ds;
-      gboolean ok = strcmp (dirs, ".") == 0 ||
-                    (fstatat (root_fd, dirs, &ds, 0) == 0 && (ds.st_mode & S_IXOTH) != 0);
-      *slash = '/';
-      if (!ok)
-        return FALSE;
-    }
-  return TRUE;
+  return as_root ? open_walk (d->root_fd, rel, TRUE)
+                 : weft__http_static_open_beneath (d->root_fd, rel);
 }
 
 /* RFC 9110 §13.1.1-2: whether a list of entity tags in the request's
@@ -519,7 +521,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       return;
     }
   const gchar *index_rel = NULL; /* rel, once it is a directory's index */
-  int fd = weft__http_static_open_beneath (d->root_fd, *rel != '\0' ? rel : ".");
+  gboolean as_root = geteuid () == 0;
+  int fd = open_file (d, *rel != '\0' ? rel : ".", as_root);
   int open_err = fd < 0 ? errno : 0;
   struct stat st;
   if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
@@ -544,7 +547,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
         }
       gchar *index = g_strconcat (*rel != '\0' ? rel : ".", "/index.html", NULL);
       close (fd);
-      fd = weft__http_static_open_beneath (d->root_fd, index);
+      fd = open_file (d, index, as_root);
       open_err = fd < 0 ? errno : 0;
       g_free (rel);
       rel = index;
@@ -567,7 +570,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       fd = -1;
       open_err = ENOENT;
     }
-  if (fd >= 0 && geteuid () == 0 && !readable_by_anyone (d->root_fd, rel, &st))
+  if (fd >= 0 && as_root && (st.st_mode & S_IROTH) == 0)
     {
       close (fd);
       fd = -1;
@@ -688,7 +691,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
  * directory ("/a.txt/") is not found. In a process running as root
  * (which the kernel lets read anything), only what any user could read
  * is served, the file world-readable and the directories on its way
- * below @root world-searchable; anything else is 403.
+ * below @root world-searchable (anything else is 403), and no symlink is
+ * followed.
  *
  * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
  *   directory

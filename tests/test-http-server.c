@@ -879,11 +879,14 @@ static_files (gboolean walk)
       g_free (got);
       g_free (path);
     }
-  /* Symlinks inside the root: followed by openat2, never by the walk. */
-  expect_prefix (get (s.port, "/inner-link.txt", NULL), walking ? "HTTP/1.1 404 " : "HTTP/1.1 200 ",
-                 walking ? NULL : "\r\n\r\n0123456789abcdef");
-  expect_prefix (get (s.port, "/sublink/b.txt", NULL), walking ? "HTTP/1.1 404 " : "HTTP/1.1 200 ",
-                 walking ? NULL : "\r\n\r\nbbb");
+  /* Symlinks inside the root: followed by openat2, never by the walk,
+   * which a server running as root always takes (it checks each directory
+   * it opens). */
+  gboolean follows = !walking && geteuid () != 0;
+  expect_prefix (get (s.port, "/inner-link.txt", NULL), follows ? "HTTP/1.1 200 " : "HTTP/1.1 404 ",
+                 follows ? "\r\n\r\n0123456789abcdef" : NULL);
+  expect_prefix (get (s.port, "/sublink/b.txt", NULL), follows ? "HTTP/1.1 200 " : "HTTP/1.1 404 ",
+                 follows ? "\r\n\r\nbbb" : NULL);
   expect_prefix (get (s.port, "/nothing-here", NULL), "HTTP/1.1 404 ", NULL);
 
   g_free (inm);

@@ -428,6 +428,10 @@ test_private_files (void)
   g_assert_true (g_file_set_contents (p = g_build_filename (s.root, "search", "f.txt", NULL),
                                       "in search", -1, NULL));
   g_free (p);
+  /* A symlink past the closed directory, from an open one. */
+  g_assert_cmpint (symlink ("../closed/f.txt", p = g_build_filename (s.root, "search", "link.txt", NULL)),
+                   ==, 0);
+  g_free (p);
 
   gboolean root = geteuid () == 0;
   expect_answer (get (s.port, "/public.txt", NULL), "HTTP/1.1 200 ", "pub");
@@ -437,11 +441,15 @@ test_private_files (void)
     {
       expect_status (get (s.port, "/private.txt", NULL), "HTTP/1.1 403 ", "0600, as root");
       expect_status (get (s.port, "/closed/f.txt", NULL), "HTTP/1.1 403 ", "in 0700, as root");
+      /* Not followed at all as root: the walk checks the directories it
+       * opens, and a symlink could lead past one. */
+      expect_status (get (s.port, "/search/link.txt", NULL), "HTTP/1.1 404 ", "symlink, as root");
     }
   else
     {
       expect_answer (get (s.port, "/private.txt", NULL), "HTTP/1.1 200 ", "priv");
       expect_answer (get (s.port, "/closed/f.txt", NULL), "HTTP/1.1 200 ", "in closed");
+      expect_answer (get (s.port, "/search/link.txt", NULL), "HTTP/1.1 200 ", "in closed");
     }
   srv_stop (&s);
 }

@@ -596,8 +596,8 @@ check_answers (const GByteArray *out, const guint8 *input, gsize input_len, guin
         fail ("no status line", out, at);
       guint status =
           (guint) ((p[at + 9] - '0') * 100 + (p[at + 10] - '0') * 10 + (p[at + 11] - '0'));
-      static const guint known[] = { 100, 200, 206, 301, 304, 400, 403, 404, 405,
-                                     413, 414, 416, 431, 501, 505 };
+      static const guint known[] = { 100, 200, 206, 301, 304, 400, 403, 404, 405, 412,
+                                     413, 414, 416, 417, 431, 501, 505 };
       gboolean ok = FALSE;
       for (guint i = 0; i < G_N_ELEMENTS (known); i++)
         ok |= status == known[i];
