@@ -1154,13 +1154,13 @@ deadline_passed (gpointer data)
 {
   WeftListener *self = data;
   self->deadline_id = 0;
-  self->deadline_passed = TRUE;
   if (atomic_load (&self->n_live) == 0)
     {
-      /* All gone already (their drained job may still be queued). */
+      /* All finished in time (their drained job may still be queued). */
       call_done (self);
       return G_SOURCE_REMOVE;
     }
+  self->deadline_passed = TRUE;
   GPtrArray *live = weft__listener_live_connections (self);
   for (guint i = 0; i < live->len; i++)
     {
