@@ -86,10 +86,11 @@ finish (Connect *c, WeftConnection *conn, GError *error)
   c->timeout_id = 0;
   /* Failing (the deadline) with a connection in its TLS handshake: nobody
    * will get it, so it goes now (its done callback, called by the abort,
-   * finds this finished). */
+   * finds this finished). Not when it is what failed: closed already, maybe
+   * by its context's destruction on another thread. */
   WeftConnection *handshaking = c->conn;
   c->conn = NULL;
-  if (handshaking != NULL && handshaking != conn)
+  if (handshaking != NULL && handshaking != conn && !weft_connection_is_closed (handshaking))
     weft_connection_abort (handshaking);
   if (c->fd_id != 0)
     weft_context_remove (c->ctx, c->fd_id);

@@ -946,7 +946,15 @@ typedef struct {
   atomic_int done;
   atomic_int code;
   atomic_int got_conn;
+  atomic_int notified;
 } DeadlineConnect;
+
+static void
+deadline_notify (gpointer user_data)
+{
+  DeadlineConnect *d = user_data;
+  atomic_fetch_add (&d->notified, 1);
+}
 
 static void
 deadline_connected (WeftConnection *conn, const GError *error, gpointer user_data)
@@ -1006,6 +1014,50 @@ test_connect_deadline_mid_handshake (void)
   weft_context_unref (ctx);
   weft_tls_config_unref (cc);
   weft_engine_unref (engine);
+}
+
+/* The same connect, its context destroyed from another thread while the
+ * handshake waits (before its deadline): the connection closes with the
+ * context, the callback hears of it once (or not at all) and the notify
+ * runs once, with no critical from calls made off the context. */
+static void
+test_connect_destroyed_mid_handshake (void)
+{
+  int lfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  socklen_t len = sizeof sa;
+  g_assert_cmpint (bind (lfd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (lfd, 4), ==, 0);
+  g_assert_cmpint (getsockname (lfd, (struct sockaddr *) &sa, &len), ==, 0);
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  WeftTlsConfig *cc = client_config ();
+  DeadlineConnect d = { 0 };
+  weft_connection_connect_async (ctx, "127.0.0.1", ntohs (sa.sin_port), 60000, cc,
+                                 deadline_connected, &d, deadline_notify);
+  int sfd = accept4 (lfd, NULL, NULL, SOCK_CLOEXEC); /* no deadline to beat */
+  g_assert_cmpint (sfd, >=, 0);
+  /* The ClientHello has come: the handshake waits for an answer. */
+  wt_set_timeouts (sfd, 5000);
+  char hello[5];
+  wt_recv_exactly (sfd, hello, sizeof hello);
+  g_assert_cmpint (hello[0], ==, 0x16); /* a TLS handshake record */
+
+  weft_context_destroy (ctx);
+  WT_WAIT_UNTIL (atomic_load (&d.notified) == 1);
+  g_assert_cmpint (atomic_load (&d.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&d.got_conn), ==, 0);
+  gboolean reset = FALSE;
+  g_byte_array_unref (wt_recv_to_eof (sfd, TRUE, &reset));
+
+  close (sfd);
+  close (lfd);
+  weft_context_unref (ctx);
+  weft_tls_config_unref (cc);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&d.notified), ==, 1);
 }
 
 /* ---- /tls/many-handshakes ---------------------------------------------- */
@@ -1278,6 +1330,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
   g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
   g_test_add_func ("/tls/connect-deadline-mid-handshake", test_connect_deadline_mid_handshake);
+  g_test_add_func ("/tls/connect-destroyed-mid-handshake", test_connect_destroyed_mid_handshake);
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
   g_test_add_func ("/tls/https-hostile", test_https_hostile);
   int r = g_test_run ();
