@@ -634,7 +634,8 @@ weft_context_dispatch (WeftContext *self)
  * @self: a context
  *
  * Closes @self: every source is removed (their destroy notifies run once
- * each, after any callback running on another worker returns), every
+ * each, never beside a callback of @self: here if none runs or waits to,
+ * else on its worker after the running callback returns), every
  * queued job is dropped (its notify runs, its function does not), and from
  * now on posts return %FALSE and weft_context_add_timeout() and friends
  * return 0. Safe from any thread, including from @self's own callbacks.
@@ -647,6 +648,48 @@ weft_context_destroy (WeftContext *self)
 {
   g_return_if_fail (self != NULL);
   close_context (self);
+}
+
+/* Runs the notifies of the sources in @data (a GPtrArray close_context()
+ * took them into) and frees it. */
+static void
+finalize_now (gpointer data)
+{
+  GPtrArray *finalize = data;
+  for (guint i = 0; i < finalize->len; i++)
+    weft__source_finalize (finalize->pdata[i]);
+  g_ptr_array_unref (finalize);
+}
+
+static void
+finalize_job (gpointer data)
+{
+  /* (Never run: the context is closed, so the job is dropped, and its
+   * notify, finalize_now(), does the work.) */
+}
+
+/* The sources of a closing context go with their notifies, which must not
+ * run beside a callback of the context that may be running on a worker
+ * right now (a job, another source's): a connection's closes the
+ * connection such a callback is using. If nobody holds the context (no
+ * callback runs, none is queued to), claim it and finalize here; else the
+ * finalization is a job, which whoever holds it drops (running its
+ * notify) once its callback returns, or at once if none runs. */
+static void
+finalize_sources (WeftContext *self, GPtrArray *finalize)
+{
+  weft__context_internal_ref (self); /* SCHEDULED's, if we get it */
+  guint old = atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED);
+  if (!(old & WEFT_CTX_SCHEDULED))
+    {
+      finalize_now (finalize);
+      if (release (self))
+        schedule (self, FALSE); /* nodes came meanwhile: dropped by a worker */
+      return;
+    }
+  weft__context_internal_unref (self);
+  WeftJob *job = weft__job_new (finalize_job, finalize, finalize_now, 0);
+  weft__context_push_ref (self, &job->node, FALSE, NULL);
 }
 
 static void
@@ -677,9 +720,10 @@ close_context (WeftContext *self)
   /* After the locked section: every schedule happens under the lock after a
    * CLOSED check, so none can follow this. */
   weft__timers_unschedule_context (self->engine, self);
-  for (guint i = 0; i < finalize->len; i++)
-    weft__source_finalize (finalize->pdata[i]);
-  g_ptr_array_unref (finalize);
+  if (finalize->len > 0)
+    finalize_sources (self, finalize);
+  else
+    g_ptr_array_unref (finalize);
   g_ptr_array_unref (all);
 
   /* Before dispatch the creator's hold makes this thread the consumer:

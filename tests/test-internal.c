@@ -16,6 +16,7 @@ static struct _WeftNode *stub_race_prev;
 #include <unistd.h>
 
 #include "weft-context-private.h"
+#include "weft-test-util.h"
 
 /* ---- id map ------------------------------------------------------------ */
 
@@ -821,9 +822,10 @@ test_notify_with_node_queued (gconstpointer data)
 {
   const QueuedVariant *v = data;
   g_test_summary ("A source whose readiness waits in its context's inbox (behind a running "
-                  "job) and is removed from another thread, by weft_context_remove() or "
-                  "weft_context_destroy(): its destroy notify has run when that call "
-                  "returns (the callback is not running), and its callback never runs");
+                  "job) and is removed from another thread: by weft_context_remove(), its "
+                  "destroy notify has run when that returns (its callback is not running); by "
+                  "weft_context_destroy(), it runs once the running job returns, not beside "
+                  "it; either way once, and its callback never runs");
   if (v->signal && !g_test_subprocess ())
     {
       /* Blocking the signal in the test thread lasts for the process. */
@@ -875,7 +877,14 @@ test_notify_with_node_queued (gconstpointer data)
     }
 
   if (v->destroy)
-    weft_context_destroy (ctx);
+    {
+      /* A callback of the context runs (the job): the sources' notifies
+       * wait for it to return, never run beside it. */
+      weft_context_destroy (ctx);
+      g_assert_cmpint (atomic_load (&q.notified), ==, 0);
+      atomic_store (&q.gate, 1);
+      WT_WAIT_UNTIL (atomic_load (&q.notified) == 1);
+    }
   else
     g_assert_true (weft_context_remove (ctx, id));
   g_assert_cmpint (atomic_load (&q.notified), ==, 1);
