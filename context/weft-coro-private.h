@@ -42,8 +42,13 @@ typedef struct {
 void weft__coro_queue_push (WeftCoroWaitQueue *q, WeftCoroWaiter *w);
 void weft__coro_queue_remove (WeftCoroWaitQueue *q, WeftCoroWaiter *w);
 /* Pops waiters until one is woken (a waiter already woken by its timeout
- * or an interrupt is skipped); returns it, or NULL. HOLDS: the lock. */
-WeftCoroWaiter *weft__coro_queue_wake_one (WeftCoroWaitQueue *q);
+ * or an interrupt is skipped); FALSE if none was. HOLDS: the lock. If
+ * @chosen is not NULL, each candidate's coroutine is stored there before
+ * its wake (NULL when none is left): a wake whose resume is refused at
+ * once abandons the coroutine inside it, and its pass-on must already see
+ * it chosen (a mutex's owner). After a wake that took, the waiter (on the
+ * woken coroutine's stack) may be gone: it is not touched again. */
+gboolean weft__coro_queue_wake_one (WeftCoroWaitQueue *q, WeftCoro **chosen);
 
 /* The running coroutine (never cached across a switch), or NULL. */
 WeftCoro *weft__coro_current (void);

@@ -73,34 +73,13 @@ wait_in (pthread_mutex_t *lock, WeftCoroWaitQueue *q, WeftCoro *c, gint timeout_
 
 /* ---- mutex -------------------------------------------------------------- */
 
-/* Gives @mutex to the first waiter still waiting, or to nobody. HOLDS: lock.
- * The owner is set before the wake: a resume refused at once (its context
- * closing) abandons the waiter inside the wake, and its pass-on must find
- * it the owner to hand the mutex on. After a wake that took, the waiter
- * (on its coroutine's stack) may be gone: not touched again. */
-static void
-hand_over (WeftCoroMutex *mutex)
-{
-  WeftCoroWaiter *w;
-  while ((w = mutex->q.head) != NULL)
-    {
-      WeftCoro *next = w->coro;
-      weft__coro_queue_remove (&mutex->q, w);
-      mutex->owner = next;
-      if (weft__coro_wake (next, WEFT_CORO_WAKE_EVENT))
-        return;
-      /* Already woken by its timeout or an interrupt: the next one. */
-    }
-  mutex->owner = NULL;
-}
-
 /* The waiter the mutex was handed to is abandoned: it never held it. */
 static void
 mutex_pass_on (gpointer obj, WeftCoroWaiter *w)
 {
   WeftCoroMutex *mutex = obj;
   if (mutex->owner == w->coro)
-    hand_over (mutex);
+    weft__coro_queue_wake_one (&mutex->q, &mutex->owner);
 }
 
 /**
@@ -239,7 +218,9 @@ weft_coro_mutex_unlock (WeftCoroMutex *mutex)
       g_critical ("weft_coro_mutex_unlock: the calling coroutine does not hold the mutex");
       return;
     }
-  hand_over (mutex);
+  /* To the first waiter still waiting, or to nobody; the owner is set
+   * before each wake (see weft__coro_queue_wake_one's @chosen). */
+  weft__coro_queue_wake_one (&mutex->q, &mutex->owner);
   pthread_mutex_unlock (&mutex->lock);
 }
 
@@ -318,7 +299,7 @@ static void
 cond_pass_on (gpointer obj, WeftCoroWaiter *w)
 {
   WeftCoroCond *cond = obj;
-  weft__coro_queue_wake_one (&cond->q);
+  weft__coro_queue_wake_one (&cond->q, NULL);
 }
 
 /**
@@ -380,7 +361,7 @@ weft_coro_cond_signal (WeftCoroCond *cond)
 {
   g_return_if_fail (cond != NULL);
   pthread_mutex_lock (&cond->lock);
-  weft__coro_queue_wake_one (&cond->q);
+  weft__coro_queue_wake_one (&cond->q, NULL);
   pthread_mutex_unlock (&cond->lock);
 }
 
@@ -395,7 +376,7 @@ weft_coro_cond_broadcast (WeftCoroCond *cond)
 {
   g_return_if_fail (cond != NULL);
   pthread_mutex_lock (&cond->lock);
-  while (weft__coro_queue_wake_one (&cond->q) != NULL)
+  while (weft__coro_queue_wake_one (&cond->q, NULL))
     ;
   pthread_mutex_unlock (&cond->lock);
 }
@@ -475,7 +456,7 @@ senders_pass_on (gpointer obj, WeftCoroWaiter *w)
 {
   WeftCoroChannel *channel = obj;
   if (channel->closed || channel->n < channel->capacity)
-    weft__coro_queue_wake_one (&channel->senders);
+    weft__coro_queue_wake_one (&channel->senders, NULL);
 }
 
 static void
@@ -483,7 +464,7 @@ receivers_pass_on (gpointer obj, WeftCoroWaiter *w)
 {
   WeftCoroChannel *channel = obj;
   if (channel->closed || channel->n > 0)
-    weft__coro_queue_wake_one (&channel->receivers);
+    weft__coro_queue_wake_one (&channel->receivers, NULL);
 }
 
 /**
@@ -515,7 +496,7 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
         {
           channel->items[(channel->head + channel->n) % channel->capacity] = item;
           channel->n++;
-          weft__coro_queue_wake_one (&channel->receivers);
+          weft__coro_queue_wake_one (&channel->receivers, NULL);
           pthread_mutex_unlock (&channel->lock);
           return 0;
         }
@@ -560,7 +541,7 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
           gpointer it = channel->items[channel->head];
           channel->head = (channel->head + 1) % channel->capacity;
           channel->n--;
-          weft__coro_queue_wake_one (&channel->senders);
+          weft__coro_queue_wake_one (&channel->senders, NULL);
           pthread_mutex_unlock (&channel->lock);
           if (item != NULL)
             *item = it;
@@ -599,9 +580,9 @@ weft_coro_channel_close (WeftCoroChannel *channel)
   g_return_if_fail (channel != NULL);
   pthread_mutex_lock (&channel->lock);
   channel->closed = TRUE;
-  while (weft__coro_queue_wake_one (&channel->senders) != NULL)
+  while (weft__coro_queue_wake_one (&channel->senders, NULL))
     ;
-  while (weft__coro_queue_wake_one (&channel->receivers) != NULL)
+  while (weft__coro_queue_wake_one (&channel->receivers, NULL))
     ;
   pthread_mutex_unlock (&channel->lock);
 }

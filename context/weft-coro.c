@@ -304,7 +304,7 @@ finish (WeftCoro *c)
   if (atomic_load (&c->joined))
     {
       pthread_mutex_lock (&c->lock);
-      while (weft__coro_queue_wake_one (&c->joiners) != NULL)
+      while (weft__coro_queue_wake_one (&c->joiners, NULL))
         ;
       pthread_mutex_unlock (&c->lock);
     }
@@ -1154,15 +1154,20 @@ weft__coro_queue_remove (WeftCoroWaitQueue *q, WeftCoroWaiter *w)
   w->queued = FALSE;
 }
 
-WeftCoroWaiter *
-weft__coro_queue_wake_one (WeftCoroWaitQueue *q)
+gboolean
+weft__coro_queue_wake_one (WeftCoroWaitQueue *q, WeftCoro **chosen)
 {
   WeftCoroWaiter *w;
   while ((w = q->head) != NULL)
     {
+      WeftCoro *c = w->coro;
       weft__coro_queue_remove (q, w);
-      if (weft__coro_wake (w->coro, WEFT_CORO_WAKE_EVENT))
-        return w;
+      if (chosen != NULL)
+        *chosen = c;
+      if (weft__coro_wake (c, WEFT_CORO_WAKE_EVENT))
+        return TRUE;
     }
-  return NULL;
+  if (chosen != NULL)
+    *chosen = NULL;
+  return FALSE;
 }

@@ -312,9 +312,10 @@ parse_http_date (const char *s)
           p[6] != '-' || !digits (p + 7, 2, &year) || p[9] != ' ' || !time_of_day (p + 10, &tm) ||
           strcmp (p + 18, " GMT") != 0)
         return -1;
-      GDateTime *now = g_date_time_new_now_utc ();
-      int this_year = g_date_time_get_year (now);
-      g_date_time_unref (now);
+      time_t now = time (NULL);
+      struct tm now_tm;
+      gmtime_r (&now, &now_tm);
+      int this_year = now_tm.tm_year + 1900;
       year += this_year - this_year % 100;
       if (year > this_year + 50)
         year -= 100;
@@ -411,10 +412,8 @@ names_directory (const char *path)
 {
   const char *last = strrchr (path, '/');
   last = last != NULL ? last + 1 : path;
-  if (*last == '\0')
-    return TRUE;
-  g_autofree gchar *seg = g_uri_unescape_string (last, NULL);
-  return seg != NULL && strcmp (seg, ".") == 0;
+  /* "." spelled any way: the decoder takes %2e and %2E. */
+  return *last == '\0' || strcmp (last, ".") == 0 || g_ascii_strcasecmp (last, "%2e") == 0;
 }
 
 /* Opens @rel beneath the root. Running as root, the kernel lets us read
@@ -520,12 +519,16 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
       return;
     }
-  const gchar *index_rel = NULL; /* rel, once it is a directory's index */
   gboolean as_root = geteuid () == 0;
   int fd = open_file (d, *rel != '\0' ? rel : ".", as_root);
   int open_err = fd < 0 ? errno : 0;
   struct stat st;
-  if (fd >= 0 && fstat (fd, &st) == 0 && S_ISDIR (st.st_mode))
+  if (fd >= 0 && fstat (fd, &st) != 0)
+    {
+      close (fd);
+      fd = -1;
+    }
+  if (fd >= 0 && S_ISDIR (st.st_mode))
     {
       if (!g_str_has_suffix (path, "/"))
         {
@@ -551,21 +554,21 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       open_err = fd < 0 ? errno : 0;
       g_free (rel);
       rel = index;
-      index_rel = index;
       if (fd >= 0 && fstat (fd, &st) != 0)
         {
           close (fd);
           fd = -1;
         }
     }
-  else if (fd >= 0 && fstat (fd, &st) != 0)
+  else if (fd >= 0 && names_directory (path))
     {
+      /* A file asked for as a directory ("/a.txt/"). */
       close (fd);
       fd = -1;
+      open_err = ENOENT;
     }
-  if (fd >= 0 && (!S_ISREG (st.st_mode) || (index_rel == NULL && names_directory (path))))
+  if (fd >= 0 && !S_ISREG (st.st_mode))
     {
-      /* Not a file, or a file asked for as a directory ("/a.txt/"). */
       close (fd);
       fd = -1;
       open_err = ENOENT;

@@ -974,13 +974,11 @@ count_notify (gpointer user_data)
 static void
 test_connect_destroyed_in_flight (void)
 {
-  int lfd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
-  socklen_t len = sizeof sa;
-  g_assert_cmpint (bind (lfd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
-  g_assert_cmpint (listen (lfd, 0), ==, 0);
-  g_assert_cmpint (getsockname (lfd, (struct sockaddr *) &sa, &len), ==, 0);
+  guint16 port;
+  int lfd = wt_listening_socket (0, &port);
   /* Fill the accept queue (never accepted): later SYNs are dropped. */
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons (port),
+                            .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   int fillers[4];
   for (guint i = 0; i < G_N_ELEMENTS (fillers); i++)
     {
@@ -994,7 +992,7 @@ test_connect_destroyed_in_flight (void)
   weft_context_dispatch (ctx);
   guint before = count_open_fds ();
   atomic_int notified = 0;
-  weft_connection_connect_async (ctx, "127.0.0.1", ntohs (sa.sin_port), 0, NULL,
+  weft_connection_connect_async (ctx, "127.0.0.1", port, 0, NULL,
                                  never_connected, &notified, count_notify);
   /* Its socket exists once the name is resolved and the connect started. */
   WT_WAIT_UNTIL (count_open_fds () == before + 1);

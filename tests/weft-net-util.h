@@ -49,6 +49,22 @@ wt_try_connect_tcp (guint16 port, int rcvbuf)
   return fd;
 }
 
+/* A listening TCP socket on 127.0.0.1 with @backlog, on a free port
+ * (*@port), accepted from by the test itself (or never). */
+static inline int
+wt_listening_socket (int backlog, guint16 *port)
+{
+  int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  g_assert_cmpint (fd, >=, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+  socklen_t len = sizeof sa;
+  g_assert_cmpint (bind (fd, (struct sockaddr *) &sa, sizeof sa), ==, 0);
+  g_assert_cmpint (listen (fd, backlog), ==, 0);
+  g_assert_cmpint (getsockname (fd, (struct sockaddr *) &sa, &len), ==, 0);
+  *port = ntohs (sa.sin_port);
+  return fd;
+}
+
 /* wt_try_connect_tcp() with the system's buffers, which must connect. */
 static inline int
 wt_connect_tcp (guint16 port)
