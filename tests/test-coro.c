@@ -1147,6 +1147,74 @@ test_handed_to_abandoned (gconstpointer data)
   g_free (h);
 }
 
+/* As above for the mutex, but B is destroyed before the unlock, while its
+ * blocking job still runs: W still waits (its wait's timeout source, whose
+ * notify would abandon it, goes only once that job returns), and the
+ * unlock's wake of W is refused at once, its resume job posted to a closed
+ * context. W is abandoned inside the unlock, while the unlock holds the
+ * mutex's lock and before it has returned: its pass-on must find W the
+ * owner and hand the mutex on to W2. Without that (the owner set only after
+ * the wake returned), the pass-on saw the holder still owning it and did
+ * nothing, then the unlock made the freed W the owner: W2 waited for ever
+ * (and the mutex stayed owned). */
+static void
+test_mutex_handed_to_refused_waiter (void)
+{
+  g_test_summary ("A mutex unlock whose wake of the first waiter is refused at once (its "
+                  "context destroyed) hands the mutex to the next waiter");
+  Env e;
+  env_init (&e, 2);
+  Handed *h = g_new0 (Handed, 1);
+  h->kind = HANDED_MUTEX;
+  h->mutex = weft_coro_mutex_new ();
+  WeftContext *b = new_ctx (e.engine), *c = new_ctx (e.engine);
+
+  weft_coro_unref (weft_coro_spawn (e.ctx, handed_holder, h, NULL, 0));
+  WT_WAIT_UNTIL (atomic_load (&h->held));
+  g_assert_true (atomic_load (&h->held));
+
+  /* W waits on B before B's blocking job runs, W2 on C after it. */
+  WeftCoro *first = weft_coro_spawn (b, handed_first, h, handed_first_notify, 0);
+  weft_context_post (b, handed_block_job, h, NULL);
+  WT_WAIT_UNTIL (atomic_load (&h->blocking));
+  g_assert_true (atomic_load (&h->blocking));
+  atomic_int second_queued = 0;
+  weft_coro_unref (weft_coro_spawn (c, handed_second, h, NULL, 0));
+  weft_context_post (c, handed_mark_job, &second_queued, NULL);
+  WT_WAIT_UNTIL (atomic_load (&second_queued));
+  g_assert_true (atomic_load (&second_queued));
+
+  /* Closed, but W is not abandoned yet: nothing of B's goes while its job
+   * runs. */
+  weft_context_destroy (b);
+  g_assert_true (weft_context_is_destroyed (b));
+  g_assert_false (weft_coro_is_done (first));
+  g_assert_cmpint (atomic_load (&h->first_notified), ==, 0);
+
+  atomic_store (&h->go, 1);
+  WT_WAIT_UNTIL (atomic_load (&h->released));
+  g_assert_true (atomic_load (&h->released));
+  /* Abandoned inside the unlock (its notify ran there), not later. */
+  g_assert_cmpint (atomic_load (&h->first_notified), ==, 1);
+  g_assert_true (weft_coro_is_done (first));
+
+  WT_WAIT_UNTIL (atomic_load (&h->second_result));
+  g_assert_cmpint (atomic_load (&h->second_result), ==, 1);
+  g_assert_cmpint (atomic_load (&h->first_returned), ==, 0);
+
+  /* B's job returns; its sources go (W's timeout: nothing left to do). */
+  atomic_store (&h->gate, 1);
+  weft_coro_unref (first);
+  weft_context_unref (b);
+  weft_context_destroy (c);
+  weft_context_unref (c);
+  env_clear (&e);
+  g_assert_cmpint (atomic_load (&h->first_notified), ==, 1);
+  g_assert_cmpint (atomic_load (&h->first_returned), ==, 0);
+  weft_coro_mutex_unref (h->mutex); /* criticals if still owned or waited on */
+  g_free (h);
+}
+
 /* ---- stack overflow ----------------------------------------------------- */
 
 static guint
@@ -1315,6 +1383,7 @@ main (int argc, char **argv)
                         GINT_TO_POINTER (HANDED_COND), test_handed_to_abandoned);
   g_test_add_data_func ("/coro/channel-item-to-abandoned-receiver",
                         GINT_TO_POINTER (HANDED_CHANNEL), test_handed_to_abandoned);
+  g_test_add_func ("/coro/mutex-handed-to-refused-waiter", test_mutex_handed_to_refused_waiter);
   g_test_add_func ("/coro/stack-overflow", test_stack_overflow);
   g_test_add_func ("/coro/many-connections", test_many_connections);
   return g_test_run ();

@@ -4,6 +4,11 @@
  */
 #include "weft-test-util.h"
 
+#include <sched.h>
+#ifdef WEFT_HAVE_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
 typedef struct {
   WeftEngine *engine;
   WeftContext *ctx;           /* lazy: the context the continuation must run on */
@@ -101,6 +106,116 @@ test_continuation_drops_last_ref (void)
   weft_context_unref (j->ctx);
   weft_engine_unref (j->engine);
   g_free (j);
+}
+
+/* ---- /join/lazy-continuation-frees-context ----------------------------- */
+
+/* One round: a lazy join whose only reference the continuation holds, on a
+ * context whose only reference is the join's. */
+typedef struct {
+  WeftJoin *join;          /* the continuation drops it */
+  WeftContext *ctx;        /* not a reference: compared only, while it lives */
+  gint n;
+  atomic_int returned;     /* tasks back from weft_join_done(), relaxed */
+  atomic_int left;         /* tasks done with this structure */
+  atomic_int cont_runs;
+  atomic_int cont_on_ctx;
+  atomic_int notified;
+  atomic_int notified_before_cont;
+} LazyRace;
+
+/* Ends one task from an engine job, holding no reference to the join (the
+ * continuation may free it once the last weft_join_done() posted it). */
+static void
+lazy_race_task (gpointer data)
+{
+  LazyRace *r = data;
+  weft_join_done (r->join);
+  /* Relaxed: the holding job below waits for this without synchronising
+   * with the post, so nothing the post did after its push is ordered
+   * before the continuation's free of the context (ThreadSanitizer then
+   * sees such a read race the free; for real it is a use after free when
+   * this thread is preempted inside the post). */
+  atomic_fetch_add_explicit (&r->returned, 1, memory_order_relaxed);
+  atomic_fetch_add (&r->left, 1); /* for the test thread, which frees @r */
+}
+
+/* Keeps the context busy (scheduled) until every task has returned from
+ * weft_join_done(): the last one's post found it held by this job, and its
+ * continuation runs right after. */
+static void
+lazy_race_hold (gpointer data)
+{
+  LazyRace *r = data;
+  while (atomic_load_explicit (&r->returned, memory_order_relaxed) < r->n)
+    sched_yield ();
+}
+
+/* Drops the join, and with it the last reference to this context: the
+ * context is closed here and freed once this job is over. */
+static void
+lazy_race_continuation (gpointer data)
+{
+  LazyRace *r = data;
+  atomic_store (&r->cont_on_ctx, weft_context_get_current () == r->ctx);
+  atomic_fetch_add (&r->cont_runs, 1);
+  weft_join_unref (r->join);
+}
+
+static void
+lazy_race_notify (gpointer data)
+{
+  LazyRace *r = data;
+  if (atomic_load (&r->cont_runs) == 0)
+    atomic_fetch_add (&r->notified_before_cont, 1);
+  atomic_fetch_add (&r->notified, 1);
+}
+
+/* A lazy continuation that drops the join, and with it the last reference
+ * to its own context, while the thread that ended the last task is still
+ * in weft_join_done(): the post must not touch the context through the
+ * join's reference once its job is queued. Before 6bdedeb it posted through
+ * that reference, and read the context's state word after the push, unordered
+ * with the free: ThreadSanitizer reports it in every run (the holding job
+ * makes each round take that path); AddressSanitizer and Valgrind see it
+ * only if the posting thread is preempted between the two, which rounds
+ * with 1 to 4 tasks ending on different workers make possible, not likely. */
+static void
+test_lazy_continuation_frees_context (void)
+{
+  g_test_summary ("A lazy continuation that drops the last reference to its join and to "
+                  "its context, racing the thread that ended the last task, runs once on "
+                  "that context, then its notify, and nothing reads the freed context");
+  guint rounds = 2000;
+#ifdef WEFT_HAVE_VALGRIND
+  if (RUNNING_ON_VALGRIND)
+    rounds = 200;
+#endif
+  WeftEngine *engine = wt_engine_new (4);
+  for (guint i = 0; i < rounds; i++)
+    {
+      LazyRace *r = g_new0 (LazyRace, 1);
+      r->n = 1 + (gint) (i % 4);
+      r->ctx = weft_context_new (engine);
+      weft_context_dispatch (r->ctx);
+      r->join = weft_join_new ((guint) r->n, r->ctx, lazy_race_continuation, r, lazy_race_notify);
+      g_assert_true (weft_context_post (r->ctx, lazy_race_hold, r, NULL));
+      weft_context_unref (r->ctx); /* the join's reference is the last */
+      for (gint t = 0; t < r->n; t++)
+        g_assert_true (weft_engine_post (engine, lazy_race_task, r, NULL));
+
+      gint64 deadline = g_get_monotonic_time () + WT_DEADLINE_US;
+      while ((atomic_load (&r->notified) == 0 || atomic_load (&r->left) < r->n) &&
+             g_get_monotonic_time () < deadline)
+        sched_yield ();
+      g_assert_cmpint (atomic_load (&r->left), ==, r->n);
+      g_assert_cmpint (atomic_load (&r->cont_runs), ==, 1);
+      g_assert_cmpint (atomic_load (&r->cont_on_ctx), ==, 1);
+      g_assert_cmpint (atomic_load (&r->notified), ==, 1);
+      g_assert_cmpint (atomic_load (&r->notified_before_cont), ==, 0);
+      g_free (r);
+    }
+  weft_engine_unref (engine);
 }
 
 /* ---- /join/eager ------------------------------------------------------- */
@@ -394,6 +509,8 @@ main (int argc, char **argv)
   g_test_add_func ("/join/post-fails", test_post_fails);
   g_test_add_func ("/join/add", test_add);
   g_test_add_func ("/join/continuation-drops-last-ref", test_continuation_drops_last_ref);
+  g_test_add_func ("/join/lazy-continuation-frees-context",
+                   test_lazy_continuation_frees_context);
 
   return g_test_run ();
 }
