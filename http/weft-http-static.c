@@ -8,7 +8,9 @@
  * a time from the root with O_NOFOLLOW, so no symlink is followed at all:
  * stricter than RESOLVE_BENEATH, which follows symlinks that stay inside
  * the root. Bodies go out with sendfile; ETag and Last-Modified allow
- * 304; single byte ranges give 206 or 416, under If-Range's condition.
+ * 304; single byte ranges give 206 or 416, under If-Range's condition. A
+ * directory named without its slash (the mount point too) is a 301 to
+ * the path as sent with it, never to a "//host" one.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -416,6 +418,60 @@ names_directory (const char *path)
   return *last == '\0' || strcmp (last, ".") == 0 || g_ascii_strcasecmp (last, "%2e") == 0;
 }
 
+/* Whether the raw segment @seg (@len bytes) is ".", spelled any way the
+ * decoder takes. */
+static gboolean
+is_dot_segment (const char *seg, gsize len)
+{
+  return (len == 1 && seg[0] == '.') || (len == 3 && g_ascii_strncasecmp (seg, "%2e", 3) == 0);
+}
+
+/* The Location that redirects @path (as sent, a directory without its
+ * trailing slash) to the directory itself: relative (RFC 9110 §10.2.2
+ * allows it; an absolute one would trust Host), @path's segments exactly
+ * as sent, escapes included, less the empty and "." ones (a client drops
+ * the dots anyway; "//" merged), then "/" and the query if any. Both come
+ * from the request-target, which the parser keeps to visible ASCII: safe
+ * in a header. NULL if @path begins with an empty segment, also behind
+ * "." ones ("//evil.com", "/.//evil.com"): kept, that is "//evil.com/",
+ * a network-path reference a browser takes for another host; merged, a
+ * path its sender never wrote. A backslash, which browsers read as a
+ * slash, never gets here (the decoder refuses it, raw or escaped). */
+static gchar *
+redirect_location (const char *path, const char *query)
+{
+  GString *loc = g_string_new (NULL);
+  gboolean leading = TRUE;
+  const char *p = path[0] == '/' ? path + 1 : path;
+  for (;;)
+    {
+      const char *e = strchrnul (p, '/');
+      gsize len = (gsize) (e - p);
+      if (len == 0 && leading)
+        {
+          g_string_free (loc, TRUE);
+          return NULL;
+        }
+      if (len > 0 && !is_dot_segment (p, len))
+        {
+          g_string_append_c (loc, '/');
+          g_string_append_len (loc, p, (gssize) len);
+          leading = FALSE;
+        }
+      if (*e == '\0')
+        break;
+      p = e + 1;
+    }
+  /* The root itself ("/." or "/%2e") is "/", never "//". */
+  g_string_append_c (loc, '/');
+  if (query != NULL && *query != '\0')
+    {
+      g_string_append_c (loc, '?');
+      g_string_append (loc, query);
+    }
+  return g_string_free (loc, FALSE);
+}
+
 /* Opens @rel beneath the root. Running as root, the kernel lets us read
  * anything: then only what any user could read is served (o+x on each
  * directory below the root on the way, o+r on the file, which serve()
@@ -532,19 +588,20 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
     {
       if (!g_str_has_suffix (path, "/"))
         {
-          /* A directory named without its slash: relative links in its
-           * index need it. */
+          /* A directory named without its slash (the mount point too,
+           * through its own route): relative links in its index need
+           * it. Running as root, one that not all may search is refused
+           * as its contents would be, not redirected to. */
           close (fd);
-          /* From the normalised path, escaped, with one leading slash: the
-           * raw one could start with "//", which a browser takes for
-           * another host. */
-          gchar *esc = g_uri_escape_string (full, "/", FALSE);
-          /* The root itself ("/." or "/%2e": full is "") is "/", not "//". */
-          gchar *loc = g_strconcat ("/", esc, *esc != '\0' ? "/" : "", NULL);
-          weft_http_request_add_response_header (req, "Location", loc);
+          gchar *loc = redirect_location (path, weft_http_request_get_query (req));
+          if (loc == NULL || (as_root && *rel != '\0' && (st.st_mode & S_IXOTH) == 0))
+            answer_status (req, loc == NULL ? 404 : 403);
+          else
+            {
+              weft_http_request_add_response_header (req, "Location", loc);
+              answer_status (req, 301);
+            }
           g_free (loc);
-          g_free (esc);
-          answer_status (req, 301);
           g_free (rel);
           return;
         }
@@ -697,6 +754,25 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
  * below @root world-searchable (anything else is 403), and no symlink is
  * followed.
  *
+ * A directory named without its trailing slash ("/static/sub", and the
+ * mount point "/static" itself when @url_prefix is "/static/") is
+ * answered 301 Moved Permanently, as nginx and Apache do, with a
+ * relative `Location` (RFC 9110 §10.2.2): the path's segments as sent,
+ * percent-escapes kept, empty and "." segments left out, then "/" and the
+ * query if there was one ("/static/s%75b?x" goes to "/static/s%75b/?x").
+ * The body is a few bytes, none for HEAD. Only a directory the handler
+ * would serve from is redirected, under the rules above (no "..", no
+ * symlink out of @root; as root, one not world-searchable is 403);
+ * anything else keeps its answer, 404 for a file or a missing name. A
+ * path that begins with an empty segment ("//evil.com", also after "."
+ * segments) is 404 rather than redirected: "Location: //evil.com/" would
+ * send a browser to another host.
+ *
+ * For a @url_prefix ending in "/" (other than "/"), the mount point
+ * without its slash gets a GET route of its own, added with the prefix
+ * route: a handler for exactly that path must be added before this call
+ * to be reached, as one for any path below @url_prefix must.
+ *
  * Returns: %TRUE on success; %FALSE if @root cannot be opened as a
  *   directory
  */
@@ -725,5 +801,18 @@ weft_http_server_add_directory (WeftHttpServer *self, const gchar *url_prefix, c
   gchar *pattern = g_strconcat (url_prefix, "*", NULL);
   weft_http_server_add_handler (self, "GET", pattern, serve, d, static_dir_free);
   g_free (pattern);
+  /* "/static/" then "*" never matches "/static" (the router wants the
+   * slash before the star's part): the mount point gets an exact route
+   * of its own, to the same handler, which redirects it to "/static/".
+   * The first route frees @d; both go with the server. */
+  gsize n = strlen (url_prefix);
+  while (n > 1 && url_prefix[n - 1] == '/')
+    n--;
+  if (*d->norm_prefix != '\0' && n < strlen (url_prefix))
+    {
+      gchar *bare = g_strndup (url_prefix, n);
+      weft_http_server_add_handler (self, "GET", bare, serve, d, NULL);
+      g_free (bare);
+    }
   return TRUE;
 }

@@ -6,6 +6,7 @@
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
 #include "weft-net-util.h"
+#include "weft-http-private.h" /* weft__http_static_force_fallback */
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -21,9 +22,9 @@ typedef struct {
 } Srv;
 
 /* A server for a fresh directory holding the files of @names and
- * @contents (NULL-terminated). */
+ * @contents (NULL-terminated), mounted at @prefix. */
 static void
-srv_start (Srv *s, const char *const *names, const char *const *contents)
+srv_start_at (Srv *s, const char *prefix, const char *const *names, const char *const *contents)
 {
   GError *error = NULL;
   s->root = g_dir_make_tmp ("weft-static3-XXXXXX", NULL);
@@ -36,7 +37,7 @@ srv_start (Srv *s, const char *const *names, const char *const *contents)
     }
   s->engine = wt_engine_new (2);
   s->server = weft_http_server_new (s->engine);
-  g_assert_true (weft_http_server_add_directory (s->server, "/", s->root, &error));
+  g_assert_true (weft_http_server_add_directory (s->server, prefix, s->root, &error));
   g_assert_no_error (error);
   WeftListener *l = weft_http_server_get_listener (s->server);
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
@@ -44,6 +45,12 @@ srv_start (Srv *s, const char *const *names, const char *const *contents)
   s->port = weft_listener_get_port (l, 0);
   g_assert_true (weft_http_server_start (s->server, &error));
   g_assert_no_error (error);
+}
+
+static void
+srv_start (Srv *s, const char *const *names, const char *const *contents)
+{
+  srv_start_at (s, "/", names, contents);
 }
 
 static void
@@ -454,6 +461,269 @@ test_private_files (void)
   srv_stop (&s);
 }
 
+/* ---- directories named without their slash ----------------------------- */
+
+/* Makes directory @rel (mode @mode) under the server's root. */
+static void
+mkdir_in (Srv *s, const char *rel, int mode)
+{
+  gchar *p = g_build_filename (s->root, rel, NULL);
+  g_assert_cmpint (g_mkdir (p, mode), ==, 0);
+  g_assert_cmpint (g_chmod (p, mode), ==, 0); /* past the umask */
+  g_free (p);
+}
+
+static void
+write_in (Srv *s, const char *rel, const char *contents)
+{
+  gchar *p = g_build_filename (s->root, rel, NULL);
+  g_assert_true (g_file_set_contents (p, contents, -1, NULL));
+  g_free (p);
+}
+
+/* A 301 to exactly @location, with a small body (or none). */
+static void
+expect_redirect (gchar *got, const char *location, const char *what)
+{
+  gchar *want = g_strdup_printf ("\r\nLocation: %s\r\n", location);
+  const char *end = strstr (got, "\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || end == NULL || strstr (got, want) == NULL ||
+      strstr (end + 4, "HTTP/") != NULL || strlen (end + 4) > 64)
+    g_error ("%s: expected 301 to %s, got:\n%s", what, location, got);
+  g_free (want);
+  g_free (got);
+}
+
+/* A @status_line answer without any Location. */
+static void
+expect_no_redirect (gchar *got, const char *status_line, const char *what)
+{
+  if (!g_str_has_prefix (got, status_line) || strstr (got, "\r\nLocation:") != NULL)
+    g_error ("%s: expected %s without a Location, got:\n%s", what, status_line, got);
+  g_free (got);
+}
+
+/* The tree of the redirect tests: index.html, a.txt, sub/ with an
+ * index, sub/deeper/ without. */
+static void
+redirect_tree (Srv *s, const char *prefix)
+{
+  static const char *const names[] = { "index.html", "a.txt", NULL };
+  static const char *const contents[] = { "home", "AAA", NULL };
+  srv_start_at (s, prefix, names, contents);
+  mkdir_in (s, "sub", 0755);
+  write_in (s, "sub/index.html", "in sub");
+  mkdir_in (s, "sub/deeper", 0755);
+}
+
+/* A directory asked for without its trailing slash is a 301 to the same
+ * path with it, as nginx and Apache answer (relative links in its index
+ * need the slash): the mount point itself too ("/static" for a directory
+ * at "/static/", a route of its own, as the prefix route never matches
+ * it), and any directory below. The Location is relative (RFC 9110
+ * §10.2.2: no Host to trust) and keeps each segment as sent, escapes
+ * included; empty and "." segments are left out. */
+static void
+test_dir_without_slash_redirects (void)
+{
+  Srv s;
+  redirect_tree (&s, "/static/");
+  const struct {
+    const char *path, *location;
+  } rows[] = {
+    { "/static", "/static/" },
+    { "/st%61tic", "/st%61tic/" }, /* the mount point, escaped as sent */
+    { "/static/sub", "/static/sub/" },
+    { "/static/sub/deeper", "/static/sub/deeper/" }, /* no index: the 404 comes after */
+    { "/static/s%75b", "/static/s%75b/" },
+    { "/static/sub/%64eeper", "/static/sub/%64eeper/" },
+    { "/static//sub", "/static/sub/" },
+    { "/static/./sub/.", "/static/sub/" },
+    { "/static/sub/%2E", "/static/sub/" },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+    expect_redirect (get (s.port, rows[i].path, NULL), rows[i].location, rows[i].path);
+  /* Where the redirects lead. */
+  expect_answer (get (s.port, "/static/", NULL), "HTTP/1.1 200 ", "home");
+  expect_answer (get (s.port, "/static/sub/", NULL), "HTTP/1.1 200 ", "in sub");
+  expect_answer (get (s.port, "/static/s%75b/", NULL), "HTTP/1.1 200 ", "in sub");
+  expect_status (get (s.port, "/static/sub/deeper/", NULL), "HTTP/1.1 404 ", "no index");
+  /* Another method on the mount point is refused as on the files below. */
+  gchar *got = exchange_to_close (s.port, "POST /static HTTP/1.1\r\nHost: a\r\n"
+                                          "Content-Length: 0\r\nConnection: close\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 405 ") || strstr (got, "\r\nAllow: GET, HEAD\r\n") == NULL)
+    g_error ("POST /static:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+
+  /* Mounted at the root, and at a prefix without a slash ("/files*"
+   * matches "/files" already). */
+  redirect_tree (&s, "/");
+  expect_redirect (get (s.port, "/sub", NULL), "/sub/", "/sub at /");
+  expect_redirect (get (s.port, "/sub/deeper", NULL), "/sub/deeper/", "/sub/deeper at /");
+  srv_stop (&s);
+  redirect_tree (&s, "/files");
+  expect_redirect (get (s.port, "/files", NULL), "/files/", "/files at /files");
+  expect_redirect (get (s.port, "/files/sub", NULL), "/files/sub/", "/files/sub at /files");
+  expect_status (get (s.port, "/filesx", NULL), "HTTP/1.1 404 ", "/filesx at /files");
+  srv_stop (&s);
+}
+
+/* The query goes along with the redirect, as sent. */
+static void
+test_redirect_keeps_query (void)
+{
+  Srv s;
+  redirect_tree (&s, "/static/");
+  const struct {
+    const char *path, *location;
+  } rows[] = {
+    { "/static?a=1&b=%2F", "/static/?a=1&b=%2F" },
+    { "/static/sub?x=%20y", "/static/sub/?x=%20y" },
+    { "/static/s%75b?q", "/static/s%75b/?q" },
+    { "/static/sub?a/b?c", "/static/sub/?a/b?c" },
+    { "/static/sub?", "/static/sub/" }, /* an empty query: nothing to keep */
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+    expect_redirect (get (s.port, rows[i].path, NULL), rows[i].location, rows[i].path);
+  srv_stop (&s);
+}
+
+/* A HEAD gets the redirect's head and no body: the next answer on the
+ * connection follows the blank line at once. */
+static void
+test_redirect_head_no_body (void)
+{
+  Srv s;
+  redirect_tree (&s, "/static/");
+  const char *const paths[] = { "/static", "/static/sub" };
+  for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
+    {
+      gchar *req = g_strdup_printf ("HEAD %s HTTP/1.1\r\nHost: a\r\n\r\n"
+                                    "GET /static/sub/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                                    paths[i]);
+      gchar *got = exchange_to_close (s.port, req);
+      gchar *want = g_strdup_printf ("\r\nLocation: %s/\r\n", paths[i]);
+      const char *end = strstr (got, "\r\n\r\n");
+      if (!g_str_has_prefix (got, "HTTP/1.1 301 ") || end == NULL || strstr (got, want) == NULL ||
+          strstr (got, want) > end || !g_str_has_prefix (end + 4, "HTTP/1.1 200 ") || !g_str_has_suffix (got, "\r\n\r\nin sub"))
+        g_error ("HEAD %s:\n%s", paths[i], got);
+      g_free (want);
+      g_free (got);
+      g_free (req);
+    }
+  srv_stop (&s);
+}
+
+/* Only a directory the handler would serve is redirected: a file, a
+ * missing name, a ".." path, a symlink to a directory out of the root
+ * keep their answers (404); the mount point's own route is exact. Run
+ * as root, a directory not searchable by all gets the 403 its slashed
+ * form gets, not a redirect to it. The same with the walk that
+ * replaces openat2. */
+static void
+no_redirect_for_file_or_missing (gboolean walk)
+{
+  weft__http_static_force_fallback (walk);
+  Srv s;
+  redirect_tree (&s, "/static/");
+  gchar *outside = g_dir_make_tmp ("weft-static3-out-XXXXXX", NULL);
+  gchar *p, *t;
+  g_assert_true (g_file_set_contents (p = g_build_filename (outside, "index.html", NULL),
+                                      "secret", -1, NULL));
+  g_free (p);
+  g_assert_cmpint (symlink (outside, p = g_build_filename (s.root, "out", NULL)), ==, 0);
+  g_free (p);
+  t = g_build_filename ("..", strrchr (outside, '/') + 1, NULL);
+  g_assert_cmpint (symlink (t, p = g_build_filename (s.root, "rel-out", NULL)), ==, 0);
+  g_free (p);
+  g_free (t);
+  g_assert_cmpint (symlink ("sub", p = g_build_filename (s.root, "in-link", NULL)), ==, 0);
+  g_free (p);
+  mkdir_in (&s, "closed", 0700);
+
+  expect_answer (get (s.port, "/static/a.txt", NULL), "HTTP/1.1 200 ", "AAA");
+  gboolean walking = weft__http_static_uses_fallback ();
+  g_assert_true (walking || !walk);
+  const char *const missing[] = {
+    "/static/missing", "/static/sub/missing", "/static/a.txt/", "/static/a.txt/.",
+    "/static/sub/%2e%2e/sub", "/static/../static/sub", "/static/sub/..", "/static/out",
+    "/static/rel-out", "/static/out/", "/staticx", "/static%2Fsub", "/stat", "/static/%00",
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (missing); i++)
+    {
+      gchar *got = get (s.port, missing[i], NULL);
+      if (strstr (got, "secret") != NULL)
+        g_error ("%s: out of the root:\n%s", missing[i], got);
+      expect_no_redirect (got, "HTTP/1.1 404 ", missing[i]);
+    }
+  /* A symlink inside the root: followed by openat2 alone, never by the
+   * walk, which a server running as root always takes. */
+  gboolean root = geteuid () == 0;
+  if (!walking && !root)
+    expect_redirect (get (s.port, "/static/in-link", NULL), "/static/in-link/", "in-link");
+  else
+    expect_no_redirect (get (s.port, "/static/in-link", NULL), "HTTP/1.1 404 ", "in-link");
+  if (root)
+    {
+      expect_no_redirect (get (s.port, "/static/closed", NULL), "HTTP/1.1 403 ", "0700, as root");
+      expect_no_redirect (get (s.port, "/static/closed/", NULL), "HTTP/1.1 403 ", "0700/, as root");
+    }
+  else
+    expect_redirect (get (s.port, "/static/closed", NULL), "/static/closed/", "0700");
+
+  srv_stop (&s);
+  weft__http_static_force_fallback (FALSE);
+  gchar *cmd[] = { "rm", "-rf", outside, NULL };
+  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  g_free (outside);
+}
+
+static void
+test_no_redirect_for_file_or_missing (void)
+{
+  no_redirect_for_file_or_missing (FALSE);
+}
+
+static void
+test_no_redirect_for_file_or_missing_fallback (void)
+{
+  no_redirect_for_file_or_missing (TRUE);
+}
+
+/* A path that begins with an empty segment ("//evil.com", also behind "."
+ * segments) would give "Location: //evil.com/", a network-path reference:
+ * a browser takes it for another host. It is refused (404, no Location),
+ * and so is a backslash, which browsers read as a slash. A %2F keeps
+ * its escape: "/%2Fevil.com/" is a path on this host. */
+static void
+test_no_open_redirect (void)
+{
+  Srv s;
+  redirect_tree (&s, "/");
+  mkdir_in (&s, "evil.com", 0755);
+  const char *const refused[] = {
+    "//evil.com", "///evil.com", "/.//evil.com", "/%2e//evil.com", "/./%2E//evil.com",
+    "//evil.com?x", "/\\evil.com", "/%5Cevil.com", "/%5cevil.com",
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (refused); i++)
+    expect_no_redirect (get (s.port, refused[i], NULL), "HTTP/1.1 404 ", refused[i]);
+  /* The absolute form's path is the same path. */
+  gchar *got = exchange_to_close (s.port, "GET http://a//evil.com HTTP/1.1\r\nHost: a\r\n"
+                                          "Connection: close\r\n\r\n");
+  expect_no_redirect (got, "HTTP/1.1 404 ", "absolute-form //evil.com");
+  expect_redirect (get (s.port, "/evil.com", NULL), "/evil.com/", "/evil.com");
+  expect_redirect (get (s.port, "/%2Fevil.com", NULL), "/%2Fevil.com/", "/%2Fevil.com");
+  srv_stop (&s);
+
+  /* Below a mount point the first segment is the prefix's. */
+  redirect_tree (&s, "/static/");
+  mkdir_in (&s, "evil.com", 0755);
+  expect_redirect (get (s.port, "/static//evil.com", NULL), "/static/evil.com/", "/static//evil.com");
+  expect_no_redirect (get (s.port, "//static/evil.com", NULL), "HTTP/1.1 404 ", "//static/evil.com");
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -467,5 +737,13 @@ main (int argc, char **argv)
   g_test_add_func ("/http-static/file-as-directory", test_file_as_directory);
   g_test_add_func ("/http-static/range-edges", test_range_edges);
   g_test_add_func ("/http-static/private-files", test_private_files);
+  g_test_add_func ("/http-static/dir-without-slash-redirects", test_dir_without_slash_redirects);
+  g_test_add_func ("/http-static/redirect-keeps-query", test_redirect_keeps_query);
+  g_test_add_func ("/http-static/redirect-head-no-body", test_redirect_head_no_body);
+  g_test_add_func ("/http-static/no-redirect-for-file-or-missing",
+                   test_no_redirect_for_file_or_missing);
+  g_test_add_func ("/http-static/no-redirect-for-file-or-missing-fallback",
+                   test_no_redirect_for_file_or_missing_fallback);
+  g_test_add_func ("/http-static/no-open-redirect", test_no_open_redirect);
   return g_test_run ();
 }
