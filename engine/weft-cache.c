@@ -1,5 +1,5 @@
 /* weft-cache.c: fixed-size objects without malloc on the hot path: posted
- * jobs, and timeout sources; and one spare per thread of the HTTP layer's
+ * jobs, and timeout sources; and spares per thread of the HTTP layer's
  * per-request blocks (weft__spare_take()).
  *
  * Each thread keeps an array of free objects per size class (jobs without
@@ -31,7 +31,8 @@
 #define WEFT_CACHE_DISABLED 1
 #endif
 
-_Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N];
+_Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N][WEFT_SPARE_MAX];
+_Thread_local WEFT_TLS_IE guint8 weft__spares_n[WEFT_SPARE_N];
 _Thread_local WEFT_TLS_IE WeftCache *weft__tls_caches[WEFT_CACHE_N];
 _Thread_local WEFT_TLS_IE gboolean weft__spares_on;
 
@@ -277,8 +278,8 @@ spares_release (gpointer unused)
 {
   for (guint k = 0; k < WEFT_SPARE_N; k++)
     {
-      g_free (weft__spares[k]);
-      weft__spares[k] = NULL;
+      while (weft__spares_n[k] > 0)
+        g_free (weft__spares[k][--weft__spares_n[k]]);
     }
   /* A later thread-exit notify that keeps one registers again (and this
    * runs in the next round). */

@@ -114,39 +114,49 @@ weft__cache_alloc (WeftCacheKind kind)
   return c->objs[n];
 }
 
-/* One spare per thread and kind (weft-cache.c): the last freed object of
- * a kind taken and freed once per request, for the thread's next one
- * (no malloc and free, and lines still in cache). Objects are g_malloc'd
- * blocks of one size per kind; a thread's spares are g_free'd when it
- * exits. Off under ASan and Valgrind, where a kept object would hide a
- * use after free. */
+/* Spares per thread and kind (weft-cache.c): the last objects freed of a
+ * kind taken and freed once per request, for the thread's next ones (no
+ * malloc and free, and lines still in cache). Requests keep up to 16: a
+ * read of pipelined requests holds that many before one flush answers
+ * them, and glibc's thread cache keeps only 7 of a size. Objects are
+ * g_malloc'd blocks of one size per kind; a thread's spares are g_free'd
+ * when it exits. Off under ASan and Valgrind, where a kept object would
+ * hide a use after free. */
 typedef enum {
   WEFT_SPARE_HTTP_REQUEST, /* a one-allocation WeftHttpRequest */
   WEFT_SPARE_WRITE_CHUNK,  /* a connection's small copy chunk */
   WEFT_SPARE_N
 } WeftSpareKind;
 
-extern _Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N];
+#define WEFT_SPARE_MAX 16
+
+extern _Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N][WEFT_SPARE_MAX];
+extern _Thread_local WEFT_TLS_IE guint8 weft__spares_n[WEFT_SPARE_N];
 extern _Thread_local WEFT_TLS_IE gboolean weft__spares_on; /* registered for exit */
 gboolean weft__spares_register (void);
 
-/* The thread's spare of @kind, or NULL. */
+/* A spare of @kind kept by the thread, or NULL. */
 static inline gpointer
 weft__spare_take (WeftSpareKind kind)
 {
-  gpointer object = weft__spares[kind];
-  weft__spares[kind] = NULL;
-  return object;
+  guint n = weft__spares_n[kind];
+  if (n == 0)
+    return NULL;
+  weft__spares_n[kind] = (guint8) (n - 1);
+  return weft__spares[kind][n - 1];
 }
 
-/* Keeps @object as the thread's spare of @kind; FALSE if the slot is
- * taken (or spares are off): then the caller frees it. */
+/* Keeps @object as a spare of @kind; FALSE if the thread keeps enough
+ * (or spares are off): then the caller frees it. */
 static inline gboolean
 weft__spare_keep (WeftSpareKind kind, gpointer object)
 {
-  if (weft__spares[kind] != NULL || (G_UNLIKELY (!weft__spares_on) && !weft__spares_register ()))
+  guint n = weft__spares_n[kind];
+  if (n >= (kind == WEFT_SPARE_HTTP_REQUEST ? WEFT_SPARE_MAX : 1u) ||
+      (G_UNLIKELY (!weft__spares_on) && !weft__spares_register ()))
     return FALSE;
-  weft__spares[kind] = object;
+  weft__spares[kind][n] = object;
+  weft__spares_n[kind] = (guint8) (n + 1);
   return TRUE;
 }
 

@@ -166,6 +166,10 @@ struct _HttpConn {
   guint unparsed : 1;       /* on_data left bytes of a head begun (more than
                              * empty lines) for later */
   guint flush_posted : 1;   /* a flush_job is queued (answers made on the context) */
+  guint flush_defer : 1;    /* on_data is dispatching a bodiless request: an
+                             * answer made on the context waits for one
+                             * flush after the read's requests */
+  guint flush_due : 1;      /* such an answer is ready, not flushed yet */
   guint input_unread : 1;   /* closing after refusing input still on its way:
                              * linger whether or not it has arrived yet */
   guint closed : 1;

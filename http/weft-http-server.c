@@ -74,6 +74,8 @@ static gsize on_data (WeftConnection *conn, const guint8 *data, gsize len, gpoin
 static gboolean
 known_method (const char *m)
 {
+  if (m[0] == 'G' && m[1] == 'E' && m[2] == 'T' && m[3] == '\0')
+    return TRUE; /* most requests: no loop */
   static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS",
                                        "PATCH", "TRACE", "CONNECT" };
   for (guint i = 0; i < G_N_ELEMENTS (known); i++)
@@ -1193,6 +1195,17 @@ on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data
   return consumed;
 }
 
+/* Writes the answers on_data held back (see attach()), if any. */
+static void
+flush_deferred (HttpConn *hc)
+{
+  if (!hc->flush_due)
+    return;
+  hc->flush_due = FALSE;
+  if (!hc->closed)
+    weft_http_flush_ready (hc);
+}
+
 static gsize
 on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
 {
@@ -1218,11 +1231,12 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
               break;
             }
           gssize n = take_body (hc, data + consumed, len - consumed);
-          if (n < 0)
-            return len;
+          if (n < 0 || hc->closed || hc->reading != req)
+            {
+              flush_deferred (hc);
+              return len;
+            }
           consumed += (gsize) n;
-          if (hc->closed || hc->reading != req)
-            return len;
           if (req->in_left > 0)
             break; /* wait for more */
           body_complete (hc);
@@ -1238,6 +1252,11 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           hc->write_paused = TRUE;
           hc->held = TRUE;
           break;
+        }
+      if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] && hc->flush_due)
+        {
+          flush_deferred (hc); /* answered, only not written yet */
+          continue;
         }
       if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
@@ -1264,6 +1283,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
       if (r == WEFT_HTTP_ERROR)
         {
           fail_request (hc, status);
+          flush_deferred (hc);
           return len;
         }
       stop_timer (hc);
@@ -1284,7 +1304,9 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           if (req->route == NULL ||
               !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE))
             {
+              hc->flush_defer = TRUE;
               dispatch (hc, req);
+              hc->flush_defer = FALSE;
               continue;
             }
           /* Its coroutine handler may take the requests after it (and
@@ -1308,6 +1330,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
       else if (consumed == len)
         weft_http_send_continue (req);
     }
+  flush_deferred (hc);
   hc->unparsed = consumed < len && !only_empty_lines (data + consumed, len - consumed);
   /* Draining: stop once the request begun is whole. */
   if (hc->draining && !hc->closing && !hc->closed && hc->reading == NULL &&

@@ -54,6 +54,7 @@ static const Row rows[] = {
   OK ("absolute-form-empty-path", "GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n", NULL, "/", "", "example.com", -1, 0, -1),
   OK ("asterisk-options", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", NULL, NULL, -1, 0, -1),
   OK ("connect-authority", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT", "", NULL, "example.com:443", -1, 0, -1),
+  OK ("ipv4-host-port", "GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n", NULL, NULL, NULL, "127.0.0.1:8080", -1, 0, -1),
   OK ("ipv6-host", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", NULL, NULL, NULL, "[::1]:8080", -1, 0, -1),
   OK ("host-empty-port", "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", NULL, NULL, NULL, "a:", -1, 0, -1),
   OK ("host-pct-encoded", "GET / HTTP/1.1\r\nHost: a%2Db\r\n\r\n", NULL, NULL, NULL, "a%2Db", -1, 0, -1),
@@ -115,6 +116,7 @@ static const Row rows[] = {
   BAD ("host-after-brackets", "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", 400),
   BAD ("host-bad-percent", "GET / HTTP/1.1\r\nHost: a%zz\r\n\r\n", 400),
   BAD ("host-short-percent", "GET / HTTP/1.1\r\nHost: a%2\r\n\r\n", 400),
+  BAD ("host-port-then-colon", "GET / HTTP/1.1\r\nHost: 127.0.0.1:80:\r\n\r\n", 400),
   BAD ("host-port-only", "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", 400),
   BAD ("absolute-bad-port", "GET http://a:b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
 

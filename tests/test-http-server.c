@@ -423,6 +423,70 @@ test_pipelining_order (void)
 }
 
 static void
+pipeline_limit_4 (WeftHttpServer *server)
+{
+  weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_PIPELINE, 4);
+}
+
+/* 90 keep-alive requests in one write, far past the pipeline bound (4
+ * here): the answers made during one read are written together, and at
+ * the bound they go out before more is parsed; all come without another
+ * request behind them (a last "Connection: close" would flush them
+ * anyway). A 404, a HEAD and a body among them keep their places. */
+static void
+test_pipelining_past_limit (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, pipeline_limit_4);
+  GString *req = g_string_new (NULL);
+  for (int i = 0; i < 90; i++)
+    {
+      if (i == 30)
+        g_string_append (req, "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n");
+      else if (i == 50)
+        g_string_append (req, "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
+      else if (i == 70)
+        g_string_append (req, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nbody!");
+      else
+        g_string_append_printf (req, "GET /users/%d HTTP/1.1\r\nHost: a\r\n\r\n", i);
+    }
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, req->str);
+  struct timeval tv = { 10, 0 };
+  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), ==, 0);
+  GString *got = g_string_new (NULL);
+  while (strstr (got->str, "id=89 q=(none)") == NULL)
+    {
+      char buf[65536];
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      if (n <= 0)
+        g_error ("the answers stopped (recv %zd) after:\n%s", n, got->str);
+      g_string_append_len (got, buf, n);
+    }
+  close (fd);
+  const char *p = got->str;
+  for (int i = 0; i < 90; i++)
+    {
+      gchar *want = i == 30   ? g_strdup ("HTTP/1.1 404 Not Found\r\n")
+                    : i == 50 ? g_strdup ("HTTP/1.1 200 OK\r\n")
+                    : i == 70 ? g_strdup ("\r\n\r\nbody!")
+                              : g_strdup_printf ("id=%d q=(none)", i);
+      const char *at = strstr (p, want);
+      if (at == NULL)
+        g_error ("answer %d (%s) missing or out of order after:\n%.300s", i, want, p);
+      p = at + strlen (want);
+      g_free (want);
+    }
+  guint n = 0;
+  for (const char *q = got->str; (q = strstr (q, "HTTP/1.1 ")) != NULL; q++)
+    n++;
+  g_assert_cmpuint (n, ==, 90);
+  g_string_free (got, TRUE);
+  g_string_free (req, TRUE);
+  srv_stop (&s);
+}
+
+static void
 test_chunked_body (void)
 {
   Srv s;
@@ -1802,6 +1866,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/curl", test_curl);
   g_test_add_func ("/http-server/python-keepalive", test_python_keepalive);
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
+  g_test_add_func ("/http-server/pipelining-past-limit", test_pipelining_past_limit);
   g_test_add_func ("/http-server/chunked-body", test_chunked_body);
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
   g_test_add_func ("/http-server/expect-continue-behind-late-answer",
