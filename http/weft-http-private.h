@@ -281,6 +281,10 @@ gboolean weft__http_static_uses_fallback (void);
  * lookup, and it was taken twice per request). */
 extern _Thread_local WEFT_TLS_IE char weft__http_thread_token;
 
+/* The empty body of bodiless requests (weft-http-server.c): shared, never
+ * freed, not counted in their references. */
+extern GBytes *weft__http_empty_body;
+
 static inline gconstpointer
 weft_http_this_thread (void)
 {

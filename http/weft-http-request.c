@@ -514,7 +514,7 @@ attach (WeftHttpRequest *req)
       return;
     }
   /* (The context test first: another thread must not read inline_req.) */
-  if (atomic_load (&req->handler_thread) == weft_http_this_thread () ||
+  if (atomic_load_explicit (&req->handler_thread, memory_order_relaxed) == weft_http_this_thread () ||
       (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
@@ -552,13 +552,13 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
   int n = g_snprintf (text, sizeof text, "%u %s\n", status, reason (status));
   /* Answering writes it out and may drop the queue's reference. */
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, weft_http_this_thread ());
+  atomic_store_explicit (&req->handler_thread, weft_http_this_thread (), memory_order_relaxed);
   if (claim (req, "weft_http_respond_self"))
     {
       build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
       attach (req);
     }
-  atomic_store (&req->handler_thread, NULL);
+  atomic_store_explicit (&req->handler_thread, NULL, memory_order_relaxed);
   weft_http_request_unref (req);
 }
 
@@ -628,7 +628,7 @@ weft_http_request_unref (WeftHttpRequest *self)
   weft_http_stream_release (self);
   if (!headers_inline (self))
     g_free (self->headers); /* with the head's bytes */
-  if (self->body != NULL)
+  if (self->body != NULL && self->body != weft__http_empty_body)
     g_bytes_unref (self->body);
   if (self->in_body != NULL)
     g_byte_array_unref (self->in_body); /* cut off while it arrived */

@@ -87,20 +87,22 @@ known_method (const char *m)
 /* The body of every bodiless request: one shared, never freed. Made with
  * pthread_once, which TSan understands (g_once's flag is written inside
  * uninstrumented GLib). */
-static GBytes *empty;
+GBytes *weft__http_empty_body;
 
 static void
 make_empty_body (void)
 {
-  empty = g_bytes_new_static ("", 0);
+  weft__http_empty_body = g_bytes_new_static ("", 0);
 }
 
+/* Never freed; a request does not count a reference on it (two atomic
+ * operations less per bodiless request), see weft_http_request_unref(). */
 static GBytes *
 empty_body (void)
 {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once (&once, make_empty_body);
-  return empty;
+  return weft__http_empty_body;
 }
 
 /* ---- the connection state ---------------------------------------------- */
@@ -549,9 +551,10 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
       return;
     }
   weft_http_request_ref (req);
-  atomic_store (&req->handler_thread, weft_http_this_thread ());
+  /* Relaxed: only the thread that stores its token compares with it. */
+  atomic_store_explicit (&req->handler_thread, weft_http_this_thread (), memory_order_relaxed);
   func (server, req, weft_http_route_get_data (req->route));
-  atomic_store (&req->handler_thread, NULL);
+  atomic_store_explicit (&req->handler_thread, NULL, memory_order_relaxed);
   if (req->stream_body && req->ready && !hc->closed)
     weft_http_flush_ready (hc); /* what waited for the handler's return */
   weft_http_request_unref (req);
@@ -1170,7 +1173,7 @@ batch_next (HttpConn *hc, HttpBatch *b)
   WeftHttpRequest *req = take_head (hc, at, (gsize) r, &head, b->now);
   b->consumed += (gsize) r;
   if (!req->stream_body)
-    req->body = g_bytes_ref (empty_body ());
+    req->body = empty_body ();
   if (req->route_result != WEFT_HTTP_ROUTE_FOUND || req->stream_body ||
       !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE) ||
       !known_method (req->method))
@@ -1300,7 +1303,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * get_body() is NULL, as documented (its read_body() ends at
            * once). Found by fuzz-http-connection. */
           if (!req->stream_body)
-            req->body = g_bytes_ref (empty_body ());
+            req->body = empty_body ();
           if (req->route == NULL ||
               !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE))
             {
