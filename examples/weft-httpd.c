@@ -5,8 +5,12 @@
  *                   [--cert FILE --key FILE] [--max-body BYTES]
  *                   [--max-connections N] [--header-timeout-ms MS]
  *                   [--keepalive-timeout-ms MS] [--access-log FILE|-]
+ *                   [--user NAME [--group NAME]]
  * Defaults: 127.0.0.1:8080, docs, one worker per CPU. With --cert and
- * --key the server speaks HTTPS (ALPN http/1.1). GET /_weft/status answers
+ * --key the server speaks HTTPS (ALPN http/1.1). Started as root with
+ * --user, it binds, loads the key and opens the log as root, then runs as
+ * that user (and its primary group, or --group) before it accepts; any
+ * step that fails exits 1. GET /_weft/status answers
  * the engine's and the server's counters as JSON (weft_http_server_get_
  * status_json()); GET /_weft/events streams them once a second as
  * server-sent events. SIGINT or SIGTERM stops
@@ -16,7 +20,10 @@
  */
 #include <weft.h>
 
+#include <errno.h>
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -83,11 +90,129 @@ on_drained (WeftListener *listener, gboolean drained, gpointer user_data)
     perror ("weft-httpd: write");
 }
 
+/* --user: the ids to become, looked up before anything is set up, so
+ * that a name that does not exist fails before a port is bound. */
+typedef struct {
+  gchar *name;
+  uid_t uid;
+  gid_t gid;
+} Identity;
+
+static gboolean
+lookup_identity (const gchar *user, const gchar *group, Identity *id)
+{
+  errno = 0;
+  struct passwd *pw = getpwnam (user); /* one thread yet: the static buffer is fine */
+  if (pw == NULL)
+    {
+      g_printerr ("weft-httpd: --user %s: %s\n", user,
+                  errno != 0 ? g_strerror (errno) : "no such user");
+      return FALSE;
+    }
+  id->name = g_strdup (pw->pw_name);
+  id->uid = pw->pw_uid;
+  id->gid = pw->pw_gid;
+  if (group != NULL)
+    {
+      errno = 0;
+      struct group *gr = getgrnam (group);
+      if (gr == NULL)
+        {
+          g_printerr ("weft-httpd: --group %s: %s\n", group,
+                      errno != 0 ? g_strerror (errno) : "no such group");
+          return FALSE;
+        }
+      id->gid = gr->gr_gid;
+    }
+  if (id->uid == 0 || id->gid == 0)
+    {
+      g_printerr ("weft-httpd: --user %s%s%s: refusing to run as root (uid or gid 0)\n", user,
+                  group != NULL ? " --group " : "", group != NULL ? group : "");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+ids_are (uid_t uid, gid_t gid)
+{
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  return getresuid (&ru, &eu, &su) == 0 && getresgid (&rg, &eg, &sg) == 0 && ru == uid &&
+         eu == uid && su == uid && rg == gid && eg == gid && sg == gid;
+}
+
+/* Becomes @id for good, once the sockets are bound, the TLS key loaded and
+ * the access log open, and before accepting: no request is ever handled as
+ * root. Groups first, while still root. The engine's workers already run:
+ * glibc's setgroups, setgid and setuid change the credentials of every
+ * thread of the process (POSIX semantics, which the kernel's per-thread
+ * calls alone would not give), so none of them stays root. */
+static gboolean
+drop_privileges (const Identity *id, const gchar *root)
+{
+  if (geteuid () != 0)
+    {
+      /* Only root may change user: naming ourselves is a no-op. */
+      if (!ids_are (id->uid, id->gid))
+        {
+          g_printerr ("weft-httpd: --user %s: not running as root (uid %u, gid %u), cannot "
+                      "switch to uid %u, gid %u\n",
+                      id->name, (guint) geteuid (), (guint) getegid (), (guint) id->uid,
+                      (guint) id->gid);
+          return FALSE;
+        }
+    }
+  else
+    {
+      if (initgroups (id->name, id->gid) != 0)
+        {
+          g_printerr ("weft-httpd: --user %s: initgroups: %s\n", id->name, g_strerror (errno));
+          return FALSE;
+        }
+      if (setgid (id->gid) != 0)
+        {
+          g_printerr ("weft-httpd: --user %s: setgid %u: %s\n", id->name, (guint) id->gid,
+                      g_strerror (errno));
+          return FALSE;
+        }
+      if (setuid (id->uid) != 0)
+        {
+          g_printerr ("weft-httpd: --user %s: setuid %u: %s\n", id->name, (guint) id->uid,
+                      g_strerror (errno));
+          return FALSE;
+        }
+      /* Trust but verify: a saved uid of 0 or a capability left over
+       * would let the process back. */
+      if (setuid (0) == 0 || seteuid (0) == 0)
+        {
+          g_printerr ("weft-httpd: --user %s: could become root again after setuid\n", id->name);
+          return FALSE;
+        }
+      if (!ids_are (id->uid, id->gid))
+        {
+          g_printerr ("weft-httpd: --user %s: ids are not uid %u, gid %u after the switch\n",
+                      id->name, (guint) id->uid, (guint) id->gid);
+          return FALSE;
+        }
+    }
+  /* As root any directory could be read; now the usual rules apply (and
+   * the static handler no longer limits itself to world-readable files).
+   * The root's index is opened as a directory: reading it needs r. */
+  if (access (root, R_OK | X_OK) != 0)
+    {
+      g_printerr ("weft-httpd: --user %s cannot read and search %s: %s\n", id->name, root,
+                  g_strerror (errno));
+      return FALSE;
+    }
+  return TRUE;
+}
+
 int
 main (int argc, char **argv)
 {
   gchar *listen = NULL, *root = NULL, *cert = NULL, *key = NULL;
-  gchar *access_log = NULL;
+  gchar *access_log = NULL, *user = NULL, *group = NULL;
   gint workers = 0, max_conns = 0, header_timeout = -1, keepalive = -1;
   gint64 max_body = 0;
   GOptionEntry entries[] = {
@@ -109,22 +234,42 @@ main (int argc, char **argv)
     { "keepalive-timeout", 0, G_OPTION_FLAG_HIDDEN, G_OPTION_ARG_INT, &keepalive, NULL, "MS" },
     { "access-log", 0, 0, G_OPTION_ARG_FILENAME, &access_log,
       "Log each request to FILE (- for standard error)", "FILE" },
+    { "user", 'u', 0, G_OPTION_ARG_STRING, &user,
+      "Switch to user NAME once the port is bound, the key read and the log open", "NAME" },
+    { "group", 'g', 0, G_OPTION_ARG_STRING, &group,
+      "Group for --user (default: the user's primary group)", "NAME" },
     { NULL }
   };
+  /* Every exit after this goes through out: (frees all, so that a run
+   * under LeakSanitizer exits with our status, not its own). */
+  int ret = 1;
   GError *error = NULL;
+  Identity id = { NULL };
+  WeftHttpServer *server = NULL;
+  WeftTlsConfig *tls = NULL;
   GOptionContext *opts = g_option_context_new ("- serve a directory over HTTP/1.1");
   g_option_context_add_main_entries (opts, entries, NULL);
   if (!g_option_context_parse (opts, &argc, &argv, &error))
     {
-      g_printerr ("weft-httpd: %s\n", error->message);
-      return 2;
+      ret = 2;
+      goto out;
     }
-  g_option_context_free (opts);
   if ((cert == NULL) != (key == NULL) || workers < 0 || max_conns < 0 || max_body < 0)
     {
       g_printerr ("weft-httpd: --cert and --key go together; counts must not be negative\n");
-      return 2;
+      ret = 2;
+      goto out;
     }
+  if (group != NULL && user == NULL)
+    {
+      g_printerr ("weft-httpd: --group needs --user\n");
+      ret = 2;
+      goto out;
+    }
+  if (user != NULL && !lookup_identity (user, group, &id))
+    goto out;
+  if (user == NULL && geteuid () == 0)
+    g_printerr ("weft-httpd: warning: running as root; --user NAME drops root once the port is bound\n");
 
   sigset_t set;
   sigemptyset (&set);
@@ -133,15 +278,15 @@ main (int argc, char **argv)
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
   if (pipe (done_pipe) != 0)
-    return 1;
+    {
+      perror ("weft-httpd: pipe");
+      goto out;
+    }
 
   engine = weft_engine_new ((guint) workers, &error);
   if (engine == NULL)
-    {
-      g_printerr ("weft-httpd: %s\n", error->message);
-      return 1;
-    }
-  WeftHttpServer *server = weft_http_server_new (engine);
+    goto out;
+  server = weft_http_server_new (engine);
   WeftListener *listener = weft_http_server_get_listener (server);
   if (max_body > 0)
     weft_http_server_set_max_body (server, (guint64) max_body);
@@ -152,36 +297,26 @@ main (int argc, char **argv)
   if (keepalive >= 0)
     weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS, (guint64) keepalive);
   if (access_log != NULL && !weft_http_server_set_access_log (server, access_log, &error))
-    {
-      g_printerr ("weft-httpd: %s\n", error->message);
-      return 1;
-    }
+    goto out;
   weft_http_server_add_handler (server, "GET", "/_weft/status", status, NULL, NULL);
   weft_http_server_add_handler (server, "GET", "/_weft/events", events, NULL, NULL);
   if (!weft_http_server_add_directory (server, "/", root != NULL ? root : "docs", &error))
-    {
-      g_printerr ("weft-httpd: %s\n", error->message);
-      return 1;
-    }
+    goto out;
   if (cert != NULL)
     {
-      WeftTlsConfig *tls = weft_tls_config_new_server (&error);
       const gchar *alpn[] = { "http/1.1", NULL };
+      tls = weft_tls_config_new_server (&error);
       if (tls == NULL || !weft_tls_config_set_certificate_files (tls, cert, key, &error) ||
           !weft_tls_config_set_alpn_protocols (tls, alpn, &error))
-        {
-          g_printerr ("weft-httpd: %s\n", error->message);
-          return 1;
-        }
+        goto out;
       weft_listener_set_tls (listener, tls);
-      weft_tls_config_unref (tls);
     }
-  if (!weft_listener_add_address (listener, listen != NULL ? listen : "127.0.0.1:8080", &error) ||
-      !weft_http_server_start (server, &error))
-    {
-      g_printerr ("weft-httpd: %s\n", error->message);
-      return 1;
-    }
+  if (!weft_listener_add_address (listener, listen != NULL ? listen : "127.0.0.1:8080", &error))
+    goto out;
+  if (user != NULL && !drop_privileges (&id, root != NULL ? root : "docs"))
+    goto out;
+  if (!weft_http_server_start (server, &error))
+    goto out;
   printf ("weft-httpd: serving %s on %s (port %u; status: /_weft/status; Ctrl-C stops)\n",
           root != NULL ? root : "docs", listen != NULL ? listen : "127.0.0.1:8080",
           weft_listener_get_port (listener, 0));
@@ -194,12 +329,25 @@ main (int argc, char **argv)
   if (read (done_pipe[0], &c, 1) != 1)
     c = '?';
   printf ("weft-httpd: stopped (%s)\n", c == 'y' ? "all requests finished" : "some cut off");
-  weft_http_server_unref (server);
-  weft_engine_unref (engine);
+  ret = 0;
+
+out:
+  if (error != NULL)
+    {
+      g_printerr ("weft-httpd: %s\n", error->message);
+      g_error_free (error);
+    }
+  g_clear_pointer (&tls, weft_tls_config_unref);
+  g_clear_pointer (&server, weft_http_server_unref);
+  g_clear_pointer (&engine, weft_engine_unref);
+  g_option_context_free (opts);
   g_free (listen);
   g_free (root);
   g_free (cert);
   g_free (key);
   g_free (access_log);
-  return 0;
+  g_free (user);
+  g_free (group);
+  g_free (id.name);
+  return ret;
 }
