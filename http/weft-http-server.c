@@ -1316,6 +1316,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * hand back one that is not for it). */
           HttpBatch batch = { data, len, consumed, now, headers, NULL };
           hc->batch = &batch;
+          hc->flush_defer = TRUE; /* (its answers too: one flush after the read) */
           dispatch (hc, req);
           while (batch.handoff != NULL)
             {
@@ -1323,6 +1324,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
               batch.handoff = NULL;
               dispatch (hc, req);
             }
+          hc->flush_defer = FALSE;
           hc->batch = NULL;
           consumed = batch.consumed;
           continue;

@@ -432,7 +432,9 @@ pipeline_limit_4 (WeftHttpServer *server)
  * here): the answers made during one read are written together, and at
  * the bound they go out before more is parsed; all come without another
  * request behind them (a last "Connection: close" would flush them
- * anyway). A 404, a HEAD and a body among them keep their places. */
+ * anyway). Every third goes to a coroutine handler (which takes the
+ * requests after it while they are its own); a 404, a HEAD and a body
+ * among them keep their places. */
 static void
 test_pipelining_past_limit (void)
 {
@@ -447,6 +449,8 @@ test_pipelining_past_limit (void)
         g_string_append (req, "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
       else if (i == 70)
         g_string_append (req, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nbody!");
+      else if (i % 3 == 1)
+        g_string_append_printf (req, "GET /coro-id/%d HTTP/1.1\r\nHost: a\r\n\r\n", i % 16);
       else
         g_string_append_printf (req, "GET /users/%d HTTP/1.1\r\nHost: a\r\n\r\n", i);
     }
@@ -455,7 +459,7 @@ test_pipelining_past_limit (void)
   struct timeval tv = { 10, 0 };
   g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), ==, 0);
   GString *got = g_string_new (NULL);
-  while (strstr (got->str, "id=89 q=(none)") == NULL)
+  while (strstr (got->str, "id=89 q=(none)") == NULL) /* (89 % 3 == 2) */
     {
       char buf[65536];
       ssize_t n = recv (fd, buf, sizeof buf, 0);
@@ -470,6 +474,7 @@ test_pipelining_past_limit (void)
       gchar *want = i == 30   ? g_strdup ("HTTP/1.1 404 Not Found\r\n")
                     : i == 50 ? g_strdup ("HTTP/1.1 200 OK\r\n")
                     : i == 70 ? g_strdup ("\r\n\r\nbody!")
+                    : i % 3 == 1 ? g_strdup_printf ("n=%d;", i % 16)
                               : g_strdup_printf ("id=%d q=(none)", i);
       const char *at = strstr (p, want);
       if (at == NULL)
