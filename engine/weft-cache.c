@@ -31,8 +31,9 @@
 #define WEFT_CACHE_DISABLED 1
 #endif
 
-_Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N][WEFT_SPARE_MAX];
-_Thread_local WEFT_TLS_IE guint8 weft__spares_n[WEFT_SPARE_N];
+_Thread_local WEFT_TLS_IE gpointer weft__spare_requests[WEFT_SPARE_REQUESTS];
+_Thread_local WEFT_TLS_IE guint weft__spare_requests_n;
+_Thread_local WEFT_TLS_IE gpointer weft__spare_chunk;
 _Thread_local WEFT_TLS_IE WeftCache *weft__tls_caches[WEFT_CACHE_N];
 _Thread_local WEFT_TLS_IE gboolean weft__spares_on;
 
@@ -276,11 +277,9 @@ weft__cache_free (WeftCacheKind kind, gpointer object)
 static void
 spares_release (gpointer unused)
 {
-  for (guint k = 0; k < WEFT_SPARE_N; k++)
-    {
-      while (weft__spares_n[k] > 0)
-        g_free (weft__spares[k][--weft__spares_n[k]]);
-    }
+  while (weft__spare_requests_n > 0)
+    g_free (weft__spare_requests[--weft__spare_requests_n]);
+  g_clear_pointer (&weft__spare_chunk, g_free);
   /* A later thread-exit notify that keeps one registers again (and this
    * runs in the next round). */
   weft__spares_on = FALSE;

@@ -15,8 +15,9 @@
 
 G_BEGIN_DECLS
 
-/* The library's thread-locals are few and tiny: initial-exec keeps their
- * access a single %fs-relative load instead of a __tls_get_addr call. */
+/* The library's thread-locals are few and small (about 300 bytes, most
+ * of it the request spares): initial-exec keeps their access a single
+ * %fs-relative load instead of a __tls_get_addr call. */
 /* An internal interest bit beside GIOCondition's: the peer shut down its
  * sending side (EPOLLRDHUP alone, without EPOLLIN), reported as G_IO_IN. */
 #define WEFT__IO_RDHUP ((GIOCondition) (1 << 8))
@@ -114,24 +115,26 @@ weft__cache_alloc (WeftCacheKind kind)
   return c->objs[n];
 }
 
-/* Spares per thread and kind (weft-cache.c): the last objects freed of a
- * kind taken and freed once per request, for the thread's next ones (no
- * malloc and free, and lines still in cache). Requests keep up to 16: a
- * read of pipelined requests holds that many before one flush answers
- * them, and glibc's thread cache keeps only 7 of a size. Objects are
- * g_malloc'd blocks of one size per kind; a thread's spares are g_free'd
- * when it exits. Off under ASan and Valgrind, where a kept object would
- * hide a use after free. */
+/* Spares per thread (weft-cache.c): the last objects freed of a kind taken
+ * and freed once per request, for the thread's next ones (no malloc and
+ * free, and lines still in cache). Requests keep up to 16: a read of
+ * pipelined requests holds that many before one flush answers them, and
+ * glibc's thread cache keeps only 7 of a size; a write chunk keeps one.
+ * A thread that only frees (a handler's own thread) may keep them until
+ * it exits. Objects are g_malloc'd blocks of one size per kind; a
+ * thread's spares are g_free'd when it exits. Off under ASan and
+ * Valgrind, where a kept object would hide a use after free. */
 typedef enum {
   WEFT_SPARE_HTTP_REQUEST, /* a one-allocation WeftHttpRequest */
   WEFT_SPARE_WRITE_CHUNK,  /* a connection's small copy chunk */
   WEFT_SPARE_N
 } WeftSpareKind;
 
-#define WEFT_SPARE_MAX 16
+#define WEFT_SPARE_REQUESTS 16
 
-extern _Thread_local WEFT_TLS_IE gpointer weft__spares[WEFT_SPARE_N][WEFT_SPARE_MAX];
-extern _Thread_local WEFT_TLS_IE guint8 weft__spares_n[WEFT_SPARE_N];
+extern _Thread_local WEFT_TLS_IE gpointer weft__spare_requests[WEFT_SPARE_REQUESTS];
+extern _Thread_local WEFT_TLS_IE guint weft__spare_requests_n;
+extern _Thread_local WEFT_TLS_IE gpointer weft__spare_chunk;
 extern _Thread_local WEFT_TLS_IE gboolean weft__spares_on; /* registered for exit */
 gboolean weft__spares_register (void);
 
@@ -139,11 +142,16 @@ gboolean weft__spares_register (void);
 static inline gpointer
 weft__spare_take (WeftSpareKind kind)
 {
-  guint n = weft__spares_n[kind];
-  if (n == 0)
+  gpointer object;
+  if (kind == WEFT_SPARE_WRITE_CHUNK)
+    {
+      object = weft__spare_chunk;
+      weft__spare_chunk = NULL;
+      return object;
+    }
+  if (weft__spare_requests_n == 0)
     return NULL;
-  weft__spares_n[kind] = (guint8) (n - 1);
-  return weft__spares[kind][n - 1];
+  return weft__spare_requests[--weft__spare_requests_n];
 }
 
 /* Keeps @object as a spare of @kind; FALSE if the thread keeps enough
@@ -151,12 +159,14 @@ weft__spare_take (WeftSpareKind kind)
 static inline gboolean
 weft__spare_keep (WeftSpareKind kind, gpointer object)
 {
-  guint n = weft__spares_n[kind];
-  if (n >= (kind == WEFT_SPARE_HTTP_REQUEST ? WEFT_SPARE_MAX : 1u) ||
-      (G_UNLIKELY (!weft__spares_on) && !weft__spares_register ()))
+  gboolean full = kind == WEFT_SPARE_WRITE_CHUNK ? weft__spare_chunk != NULL
+                                                 : weft__spare_requests_n == WEFT_SPARE_REQUESTS;
+  if (full || (G_UNLIKELY (!weft__spares_on) && !weft__spares_register ()))
     return FALSE;
-  weft__spares[kind][n] = object;
-  weft__spares_n[kind] = (guint8) (n + 1);
+  if (kind == WEFT_SPARE_WRITE_CHUNK)
+    weft__spare_chunk = object;
+  else
+    weft__spare_requests[weft__spare_requests_n++] = object;
   return TRUE;
 }
 

@@ -98,6 +98,14 @@ typedef struct {
   gid_t gid;
 } Identity;
 
+/* getpwnam(3): these errno values also mean only "not found" (NSS
+ * modules set them). */
+static gboolean
+not_found (int err)
+{
+  return err == 0 || err == ENOENT || err == ESRCH || err == EBADF || err == EPERM;
+}
+
 static gboolean
 lookup_identity (const gchar *user, const gchar *group, Identity *id)
 {
@@ -106,7 +114,7 @@ lookup_identity (const gchar *user, const gchar *group, Identity *id)
   if (pw == NULL)
     {
       g_printerr ("weft-httpd: --user %s: %s\n", user,
-                  errno != 0 ? g_strerror (errno) : "no such user");
+                  not_found (errno) ? "no such user" : g_strerror (errno));
       return FALSE;
     }
   id->name = g_strdup (pw->pw_name);
@@ -119,7 +127,7 @@ lookup_identity (const gchar *user, const gchar *group, Identity *id)
       if (gr == NULL)
         {
           g_printerr ("weft-httpd: --group %s: %s\n", group,
-                      errno != 0 ? g_strerror (errno) : "no such group");
+                      not_found (errno) ? "no such group" : g_strerror (errno));
           return FALSE;
         }
       id->gid = gr->gr_gid;
@@ -193,6 +201,23 @@ drop_privileges (const Identity *id, const gchar *root)
         {
           g_printerr ("weft-httpd: --user %s: ids are not uid %u, gid %u after the switch\n",
                       id->name, (guint) id->uid, (guint) id->gid);
+          return FALSE;
+        }
+      /* initgroups may add group 0 (the user listed in it): refused, as a
+       * primary gid 0 is. */
+      int n = getgroups (0, NULL);
+      gid_t *groups = g_new (gid_t, MAX (n, 1));
+      if (n >= 0)
+        n = getgroups (n, groups);
+      int err = errno;
+      gboolean root_group = FALSE;
+      for (int i = 0; i < n; i++)
+        root_group |= groups[i] == 0;
+      g_free (groups);
+      if (n < 0 || root_group)
+        {
+          g_printerr ("weft-httpd: --user %s: %s\n", id->name,
+                      n < 0 ? g_strerror (err) : "a member of group 0: refusing to run so");
           return FALSE;
         }
     }

@@ -315,7 +315,7 @@ header_name_ok (const char *s)
 }
 
 /* The length of a header value, or -1 if it holds a control character
- * other than tab (the check and strlen() in one pass). */
+ * other than tab. */
 static gssize
 header_value_len (const char *s)
 {

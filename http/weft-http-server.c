@@ -1476,6 +1476,10 @@ weft_http_server_new (WeftEngine *engine)
    * may drop it on a worker, where an engine must not die. */
   self->engine = engine;
   self->router = weft_http_router_new ();
+  /* Made before any request: weft_http_request_unref() compares with it
+   * on any thread, which then reads it after this (the server's creation
+   * comes before its requests). */
+  (void) empty_body ();
   memcpy (self->limit, default_limit, sizeof self->limit);
   self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
   self->listener = weft_listener_new (engine, on_accept, self, server_core_unref);

@@ -48,7 +48,11 @@ typedef struct _WeftHttpRequest WeftHttpRequest;
  *   thread (keep a reference with weft_http_request_ref() to answer later)
  * @user_data: the data given with the handler
  *
- * Handles a request. Runs on the connection's context.
+ * Handles a request. Runs on the connection's context. Keep it short:
+ * the requests of one read (a pipeline) are dispatched one after another
+ * and their answers written together after the last, so a slow handler
+ * delays the answers before it too; long work belongs on another thread
+ * or in a coroutine handler that waits.
  */
 typedef void (*WeftHttpHandler) (WeftHttpServer *server, WeftHttpRequest *request,
                                  gpointer user_data);

@@ -233,6 +233,27 @@ coro_id (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
   g_free (text);
 }
 
+/* /park keeps its request unanswered; /fire answers its own, then the
+ * parked one ("parked"): an answer made for an older request by a later
+ * handler of the same read. */
+static WeftHttpRequest *parked;
+
+static void
+park (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  g_assert_null (parked);
+  parked = weft_http_request_ref (request);
+}
+
+static void
+fire (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "fired", 5);
+  g_assert_nonnull (parked);
+  weft_http_request_respond (parked, 200, "text/plain", (const guint8 *) "parked", 6);
+  g_clear_pointer (&parked, weft_http_request_unref);
+}
+
 typedef void (*Configure) (WeftHttpServer *server);
 
 static void
@@ -264,6 +285,8 @@ srv_start_cfg (Srv *s, guint64 max_body, guint request_timeout_ms, Configure con
   weft_http_server_add_handler (s->server, "POST", "/echo", echo, NULL, NULL);
   weft_http_server_add_handler (s->server, "PUT", "/echo", echo, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/slow", slow, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/park", park, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/fire", fire, NULL, NULL);
   if (max_body != 0)
     weft_http_server_set_max_body (s->server, max_body);
   if (request_timeout_ms != 0)
@@ -428,6 +451,24 @@ pipeline_limit_4 (WeftHttpServer *server)
   weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_PIPELINE, 4);
 }
 
+/* Reads @fd until @marker has come (10 s at most). */
+static GString *
+recv_until (int fd, const char *marker)
+{
+  struct timeval tv = { 10, 0 };
+  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), ==, 0);
+  GString *got = g_string_new (NULL);
+  while (strstr (got->str, marker) == NULL)
+    {
+      char buf[65536];
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      if (n <= 0)
+        g_error ("stopped (recv %zd) before %s, after:\n%s", n, marker, got->str);
+      g_string_append_len (got, buf, n);
+    }
+  return got;
+}
+
 /* 90 keep-alive requests in one write, far past the pipeline bound (4
  * here): the answers made during one read are written together, and at
  * the bound they go out before more is parsed; all come without another
@@ -456,17 +497,7 @@ test_pipelining_past_limit (void)
     }
   int fd = wt_connect_tcp (s.port);
   wt_send_str (fd, req->str);
-  struct timeval tv = { 10, 0 };
-  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), ==, 0);
-  GString *got = g_string_new (NULL);
-  while (strstr (got->str, "id=89 q=(none)") == NULL) /* (89 % 3 == 2) */
-    {
-      char buf[65536];
-      ssize_t n = recv (fd, buf, sizeof buf, 0);
-      if (n <= 0)
-        g_error ("the answers stopped (recv %zd) after:\n%s", n, got->str);
-      g_string_append_len (got, buf, n);
-    }
+  GString *got = recv_until (fd, "id=89 q=(none)"); /* (89 % 3 == 2) */
   close (fd);
   const char *p = got->str;
   for (int i = 0; i < 90; i++)
@@ -488,6 +519,63 @@ test_pipelining_past_limit (void)
   g_assert_cmpuint (n, ==, 90);
   g_string_free (got, TRUE);
   g_string_free (req, TRUE);
+  srv_stop (&s);
+}
+
+/* The oldest request is answered 100 ms later from another thread, with
+ * 40 behind it and a bound of 4: when the bound is reached the held
+ * answers cannot go out (the oldest is not ready), so reading pauses, and
+ * all come in order once it is answered. */
+static void
+test_pipelining_oldest_late_past_limit (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, pipeline_limit_4);
+  GString *req = g_string_new ("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
+  for (int i = 1; i <= 40; i++)
+    g_string_append_printf (req, "GET /users/%d HTTP/1.1\r\nHost: a\r\n\r\n", i);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, req->str);
+  GString *got = recv_until (fd, "id=40 q=(none)");
+  close (fd);
+  const char *p = strstr (got->str, "\r\n\r\nslow");
+  g_assert_nonnull (p);
+  for (int i = 1; i <= 40; i++)
+    {
+      gchar *want = g_strdup_printf ("id=%d q=(none)", i);
+      const char *at = strstr (p, want);
+      if (at == NULL)
+        g_error ("answer %d missing or out of order:\n%s", i, got->str);
+      p = at + strlen (want);
+      g_free (want);
+    }
+  g_string_free (got, TRUE);
+  g_string_free (req, TRUE);
+  srv_stop (&s);
+}
+
+/* A handler answers an older request of the same read (held by its own
+ * handler) after its own: the older answer still goes first, both in the
+ * one write after the read, and the requests after them follow. */
+static void
+test_pipelining_answer_by_later_handler (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /park HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /users/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /fire HTTP/1.1\r\nHost: a\r\n\r\n"
+                   "GET /users/2 HTTP/1.1\r\nHost: a\r\n\r\n");
+  GString *got = recv_until (fd, "id=2 q=(none)");
+  close (fd);
+  const char *a = strstr (got->str, "\r\n\r\nparked");
+  const char *b = strstr (got->str, "id=1 q=(none)");
+  const char *c = strstr (got->str, "\r\n\r\nfired");
+  const char *d = strstr (got->str, "id=2 q=(none)");
+  if (a == NULL || b == NULL || c == NULL || d == NULL || !(a < b && b < c && c < d))
+    g_error ("answers out of order or missing:\n%s", got->str);
+  g_string_free (got, TRUE);
   srv_stop (&s);
 }
 
@@ -1872,6 +1960,10 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/python-keepalive", test_python_keepalive);
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
   g_test_add_func ("/http-server/pipelining-past-limit", test_pipelining_past_limit);
+  g_test_add_func ("/http-server/pipelining-oldest-late-past-limit",
+                   test_pipelining_oldest_late_past_limit);
+  g_test_add_func ("/http-server/pipelining-answer-by-later-handler",
+                   test_pipelining_answer_by_later_handler);
   g_test_add_func ("/http-server/chunked-body", test_chunked_body);
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
   g_test_add_func ("/http-server/expect-continue-behind-late-answer",
