@@ -9,6 +9,7 @@
 #include "weft-coro-private.h"
 #include "weft-engine-private.h"
 
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #ifdef WEFT_HAVE_VALGRIND
@@ -32,13 +33,20 @@ static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static WeftCoroStack *shared;   /* HOLDS: shared_lock */
 static guint n_shared;          /* HOLDS: shared_lock */
 
+/* Cached; the first callers may race to fill it (two workers making their
+ * first stacks), each storing the same value: relaxed atomics make that
+ * benign for TSan too. */
 static gsize
 page_size (void)
 {
-  static gsize ps;
-  if (ps == 0)
-    ps = (gsize) sysconf (_SC_PAGESIZE);
-  return ps;
+  static _Atomic gsize ps;
+  gsize v = atomic_load_explicit (&ps, memory_order_relaxed);
+  if (v == 0)
+    {
+      v = (gsize) sysconf (_SC_PAGESIZE);
+      atomic_store_explicit (&ps, v, memory_order_relaxed);
+    }
+  return v;
 }
 
 static void
