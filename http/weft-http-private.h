@@ -67,6 +67,8 @@ struct _WeftHttpRequest {
   gboolean is_head;         /* HEAD: no body in the response */
   gboolean expect_continue;  /* and its 100 (Continue) not sent yet */
   gboolean has_body;        /* the request has a body to read */
+  gboolean client_close;    /* its client asked for the close (Connection:
+                             * close, HTTP/1.0 without keep-alive) */
   GString *extra;           /* response headers added by the handler */
   gint64 start_us;          /* head complete: latency and log */
 

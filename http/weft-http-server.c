@@ -397,6 +397,16 @@ flush_ready_corked (HttpConn *hc)
       weft_http_pending_pop (hc);
       account (hc, req, &now);
       gboolean close = req->close_after;
+      /* After the answer to a close its client asked for, the close
+       * lingers (shut the write side, drop input until the client closes)
+       * even with nothing unread yet, as RFC 9112 §9.6 advises: bytes the
+       * client sends after it anyway would otherwise meet a closed socket,
+       * whose reset can destroy the answer still on its way. (Refusals
+       * set input_unread themselves; a 408 or a close of the server's
+       * own, the drain's, lingers only on input already there: a slow
+       * client would hold its slot longer.) */
+      if (close && req->client_close && req->status != 408)
+        hc->input_unread = TRUE;
       weft_http_request_unref (req);
       if (close)
         {
@@ -943,6 +953,7 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
     }
   req->minor = head->minor_version;
   req->keep_alive = head->keep_alive && !hc->closing;
+  req->client_close = !head->keep_alive;
   req->is_head = req->method[0] == 'H' && strcmp (req->method, "HEAD") == 0;
   /* RFC 9110 §10.1.1: a 100-continue expectation in an HTTP/1.0 request
    * MUST be ignored (and §15.2: no 1xx to an HTTP/1.0 client). */

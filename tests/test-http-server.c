@@ -579,6 +579,48 @@ test_pipelining_answer_by_later_handler (void)
   srv_stop (&s);
 }
 
+/* A client that sends another request after its own "Connection: close"
+ * one (RFC 9112 9.6 says it must not), while the answer (1 MB, larger
+ * than the socket buffers) is still on its way: the server's close
+ * lingers, so the late bytes are discarded instead of answered with a
+ * reset that destroys the rest of the answer. */
+static void
+test_close_answer_survives_late_request (void)
+{
+  Srv s;
+  srv_start (&s, 0, 0);
+  const gsize body_len = 1000 * 1000;
+  gchar *body = g_malloc (body_len);
+  memset (body, 'x', body_len);
+  for (int round = 0; round < 3; round++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      int rcvbuf = 65536;
+      g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), ==, 0);
+      gchar *head = g_strdup_printf ("POST /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+                                     "Content-Length: %" G_GSIZE_FORMAT "\r\n\r\n",
+                                     body_len);
+      wt_send_str (fd, head);
+      wt_send_all (fd, body, body_len);
+      g_usleep (300 * 1000); /* the answer fills the buffers; the server closes */
+      /* (May fail if the server has already closed: a reset then is fine,
+       * the point is what the answer's reader sees.) */
+      static const char late[] = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+      (void) send (fd, late, sizeof late - 1, MSG_NOSIGNAL);
+      gboolean reset = FALSE;
+      GByteArray *got = wt_recv_to_eof (fd, TRUE, &reset);
+      close (fd);
+      g_assert_false (reset);
+      const char *end = g_strstr_len ((const char *) got->data, (gssize) got->len, "\r\n\r\n");
+      g_assert_nonnull (end);
+      g_assert_cmpuint (got->len - (gsize) (end + 4 - (const char *) got->data), ==, body_len);
+      g_byte_array_unref (got);
+      g_free (head);
+    }
+  g_free (body);
+  srv_stop (&s);
+}
+
 static void
 test_chunked_body (void)
 {
@@ -1960,6 +2002,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/python-keepalive", test_python_keepalive);
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
   g_test_add_func ("/http-server/pipelining-past-limit", test_pipelining_past_limit);
+  g_test_add_func ("/http-server/close-answer-survives-late-request",
+                   test_close_answer_survives_late_request);
   g_test_add_func ("/http-server/pipelining-oldest-late-past-limit",
                    test_pipelining_oldest_late_past_limit);
   g_test_add_func ("/http-server/pipelining-answer-by-later-handler",
