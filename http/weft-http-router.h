@@ -29,6 +29,10 @@ typedef enum {
 WeftHttpRouter *weft_http_router_new (void);
 void weft_http_router_free (WeftHttpRouter *router);
 
+/* For the tests: whether a match uses the index of literal patterns
+ * always (TRUE) or never (FALSE), instead of from 8 routes on. */
+void weft_http_router_force_index (WeftHttpRouter *router, gboolean use);
+
 /* Adds a route; FALSE (router unchanged) if @pattern is malformed. The
  * pattern: '/'-separated segments, each literal or a whole "{name}"
  * segment, optionally ending in '*' (a prefix); or exactly "*" (the

@@ -85,10 +85,10 @@ static const Row rows[] = {
 };
 
 static void
-test_row (gconstpointer data)
+match_row (const Row *row, gboolean index)
 {
-  const Row *row = data;
   WeftHttpRouter *r = make_router (strstr (row->name, "catch-all") != NULL);
+  weft_http_router_force_index (r, index);
   const WeftHttpRoute *route = NULL;
   WeftHttpParam *params = NULL;
   guint n = 0;
@@ -117,6 +117,20 @@ test_row (gconstpointer data)
   weft_http_params_free (params, n);
   g_string_free (allow, TRUE);
   weft_http_router_free (r);
+}
+
+/* The same rows through the index of literal patterns (used from 8
+ * routes on) and through the plain scan: the same answers. */
+static void
+test_row (gconstpointer data)
+{
+  match_row (data, TRUE);
+}
+
+static void
+test_row_scan (gconstpointer data)
+{
+  match_row (data, FALSE);
 }
 
 static void
@@ -229,6 +243,9 @@ main (int argc, char **argv)
     {
       gchar *path = g_strdup_printf ("/http-router/match/%s", rows[i].name);
       g_test_add_data_func (path, &rows[i], test_row);
+      g_free (path);
+      path = g_strdup_printf ("/http-router/match-scan/%s", rows[i].name);
+      g_test_add_data_func (path, &rows[i], test_row_scan);
       g_free (path);
     }
   g_test_add_func ("/http-router/bad-patterns", test_bad_patterns);

@@ -35,7 +35,8 @@ typedef struct {
 } RouteDef;
 
 /* Exact, {param} and prefix routes, a method-less one, an asterisk one,
- * routes that shadow others, and literal segments that need decoding. */
+ * routes that shadow others (a literal one shadowed by a {param} one
+ * too), and literal segments that need decoding. */
 static const RouteDef table[] = {
   { "GET", "/" },
   { "GET", "/users/{id}" },
@@ -56,6 +57,12 @@ static const RouteDef table[] = {
   { "GET", "/pre/fix*" },
   { NULL, "/empty//seg" },
   { "GET", "/sp ace/+plus" },
+  /* Literal routes behind others on the same path (the router's index of
+   * literal patterns merges them with the other routes in order). */
+  { "POST", "/a/b/c" },
+  { "PUT", "/users/me" },
+  { "DELETE", "/" },
+  { "GET", "/users/me" },
 };
 
 static const char *const methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS",
