@@ -172,8 +172,9 @@ struct _HttpConn {
                              * answer made on the context waits for one
                              * flush after the read's requests */
   guint flush_due : 1;      /* such an answer is ready, not flushed yet */
-  guint input_unread : 1;   /* closing after refusing input still on its way:
-                             * linger whether or not it has arrived yet */
+  guint linger_always : 1;  /* the close lingers whether or not input has
+                             * arrived: after refusing input still on its
+                             * way, or answering a close the client asked for */
   guint closed : 1;
   guint paused : 1;         /* reading stopped: too many unanswered requests */
   guint body_paused : 1;    /* reading stopped: a streamed body not wanted yet */

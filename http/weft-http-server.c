@@ -95,14 +95,16 @@ make_empty_body (void)
   weft__http_empty_body = g_bytes_new_static ("", 0);
 }
 
-/* Never freed; a request does not count a reference on it (two atomic
- * operations less per bodiless request), see weft_http_request_unref(). */
-static GBytes *
-empty_body (void)
+/* Made once, by the first weft_http_server_new(): every request comes
+ * after its server, so the hot path reads weft__http_empty_body without
+ * a pthread_once. Never freed; a request does not count a reference on
+ * it (two atomic operations less per bodiless request), see
+ * weft_http_request_unref(). */
+static void
+ensure_empty_body (void)
 {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once (&once, make_empty_body);
-  return weft__http_empty_body;
 }
 
 /* ---- the connection state ---------------------------------------------- */
@@ -271,7 +273,7 @@ static void flush_ready_corked (HttpConn *hc);
 static void
 close_lingering (HttpConn *hc)
 {
-  weft__connection_close_lingering (hc->conn, LINGER_MS, LINGER_MAX_BYTES, hc->input_unread);
+  weft__connection_close_lingering (hc->conn, LINGER_MS, LINGER_MAX_BYTES, hc->linger_always);
 }
 
 /* Corked, so the answers of one flush leave in one system call (and a
@@ -311,7 +313,7 @@ flush_ready_corked (HttpConn *hc)
               weft_http_force_close (req);
               hc->reading = NULL;
               hc->closing = TRUE;
-              hc->input_unread = TRUE; /* the body may still come */
+              hc->linger_always = TRUE; /* the body may still come */
               stop_timer (hc);
               weft_connection_stop_reading (hc->conn);
             }
@@ -402,11 +404,11 @@ flush_ready_corked (HttpConn *hc)
        * even with nothing unread yet, as RFC 9112 §9.6 advises: bytes the
        * client sends after it anyway would otherwise meet a closed socket,
        * whose reset can destroy the answer still on its way. (Refusals
-       * set input_unread themselves; a 408 or a close of the server's
+       * set linger_always themselves; a 408 or a close of the server's
        * own, the drain's, lingers only on input already there: a slow
        * client would hold its slot longer.) */
       if (close && req->client_close && req->status != 408)
-        hc->input_unread = TRUE;
+        hc->linger_always = TRUE;
       weft_http_request_unref (req);
       if (close)
         {
@@ -589,7 +591,7 @@ fail_request (HttpConn *hc, guint status)
   /* The rest of what it sends is refused: linger, so the answer survives.
    * Not for a timeout: a client that slow has little in flight, and a
    * slowloris would only hold its slot longer. */
-  hc->input_unread = status != 408;
+  hc->linger_always = status != 408;
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
   GDestroyNotify body_notify = NULL;
@@ -1106,7 +1108,7 @@ static void
 drain_stop (HttpConn *hc)
 {
   hc->closing = TRUE;
-  hc->input_unread = hc->unparsed;
+  hc->linger_always = hc->unparsed;
   stop_timer (hc);
   weft_connection_stop_reading (hc->conn);
   if (hc->n_pending == 0)
@@ -1184,7 +1186,7 @@ batch_next (HttpConn *hc, HttpBatch *b)
   WeftHttpRequest *req = take_head (hc, at, (gsize) r, &head, b->now);
   b->consumed += (gsize) r;
   if (!req->stream_body)
-    req->body = empty_body ();
+    req->body = weft__http_empty_body;
   if (req->route_result != WEFT_HTTP_ROUTE_FOUND || req->stream_body ||
       !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE) ||
       !known_method (req->method))
@@ -1267,13 +1269,15 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           hc->held = TRUE;
           break;
         }
-      if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE] && hc->flush_due)
-        {
-          flush_deferred (hc); /* answered, only not written yet */
-          continue;
-        }
       if (hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
         {
+          if (hc->flush_due)
+            {
+              /* Answered, only not written yet: write them and look again
+               * (flush_due is clear now, so this is taken once). */
+              flush_deferred (hc);
+              continue;
+            }
           /* Enough unanswered requests: read on once they are answered. */
           hc->paused = TRUE;
           hc->held = TRUE;
@@ -1314,7 +1318,7 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
            * get_body() is NULL, as documented (its read_body() ends at
            * once). Found by fuzz-http-connection. */
           if (!req->stream_body)
-            req->body = empty_body ();
+            req->body = weft__http_empty_body;
           if (req->route == NULL ||
               !(weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_COROUTINE))
             {
@@ -1487,10 +1491,7 @@ weft_http_server_new (WeftEngine *engine)
    * may drop it on a worker, where an engine must not die. */
   self->engine = engine;
   self->router = weft_http_router_new ();
-  /* Made before any request: weft_http_request_unref() compares with it
-   * on any thread, which then reads it after this (the server's creation
-   * comes before its requests). */
-  (void) empty_body ();
+  ensure_empty_body ();
   memcpy (self->limit, default_limit, sizeof self->limit);
   self->coro_stack = 32 * 1024; /* handlers' coroutines: little stack, many at once */
   self->listener = weft_listener_new (engine, on_accept, self, server_core_unref);

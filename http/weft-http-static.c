@@ -405,6 +405,14 @@ if_range_holds (const char *h, const char *etag, time_t mtime)
   return t >= 0 && t == mtime && time (NULL) - mtime >= 1;
 }
 
+/* Whether the raw segment @seg (@len bytes) is ".", spelled any way the
+ * decoder takes. */
+static gboolean
+is_dot_segment (const char *seg, gsize len)
+{
+  return (len == 1 && seg[0] == '.') || (len == 3 && g_ascii_strncasecmp (seg, "%2e", 3) == 0);
+}
+
 /* Whether a request for @path names a directory: it ends in a slash, or
  * in a "." segment (maybe escaped). A file asked for that way is not
  * there (as a file system says ENOTDIR), so one file has one URL and
@@ -414,16 +422,7 @@ names_directory (const char *path)
 {
   const char *last = strrchr (path, '/');
   last = last != NULL ? last + 1 : path;
-  /* "." spelled any way: the decoder takes %2e and %2E. */
-  return *last == '\0' || strcmp (last, ".") == 0 || g_ascii_strcasecmp (last, "%2e") == 0;
-}
-
-/* Whether the raw segment @seg (@len bytes) is ".", spelled any way the
- * decoder takes. */
-static gboolean
-is_dot_segment (const char *seg, gsize len)
-{
-  return (len == 1 && seg[0] == '.') || (len == 3 && g_ascii_strncasecmp (seg, "%2e", 3) == 0);
+  return *last == '\0' || is_dot_segment (last, strlen (last));
 }
 
 /* The Location that redirects @path (as sent, a directory without its

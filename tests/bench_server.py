@@ -1,6 +1,6 @@
 """bench_server.py: what the Python tests share about examples/bench-server
 (http-hammer.py, http-conformance.py): starting it on a free port, asking it
-GET /, stopping it. WEFT_TEST_WRAPPER, if set, is a command the server runs
+GET /, stopping it (stop() serves httpd-user.py's weft-httpd too). WEFT_TEST_WRAPPER, if set, is a command the server runs
 under (.ci/run: valgrind)."""
 import os, re, shlex, signal, socket, subprocess
 

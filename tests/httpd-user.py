@@ -17,7 +17,9 @@ directory only root may enter, so dropping too early fails too.
 
 Needs root: anyone else gets SKIP (exit 77, which meson reports as a
 skip), said on standard output."""
-import grp, http.client, os, pwd, re, shutil, signal, socket, ssl, subprocess, sys, tempfile
+import grp, http.client, os, pwd, re, shutil, socket, ssl, subprocess, sys, tempfile
+
+from bench_server import stop
 
 if os.geteuid() != 0:
     print('SKIP: httpd-user needs root (it checks that weft-httpd --user drops it); '
@@ -183,9 +185,7 @@ try:
                   % ('HTTPS' if ssl_context else 'HTTP', uid, want_gid, sorted(want_groups), port,
                      len(tasks)))
         finally:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            rc = p.wait(timeout=10)
+            rc = stop(p, 10)
         check(rc == 0, 'weft-httpd --user nobody exit status %s after SIGTERM, not 0' % rc)
 
     serves_as_nobody(['--access-log', log], low)
@@ -243,9 +243,7 @@ try:
             check(fetch(int(m.group(1)), '/nobody.txt') == (200, private),
                   'as nobody, --user nobody: GET /nobody.txt is not 200')
     finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-        rc = p.wait(timeout=10)
+        rc = stop(p, 10)
     check(rc == 0, 'as nobody, --user nobody: exit status %s, not 0' % rc)
     if len(failures) == before:
         print('ok: as nobody, --user nobody is a no-op')

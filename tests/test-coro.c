@@ -1080,6 +1080,31 @@ handed_mark_job (gpointer data)
   atomic_store ((atomic_int *) data, 1);
 }
 
+/* The holder takes the mutex on @e's context; then W waits on @b, whose
+ * blocking job is queued behind it (and runs), and W2 on @c, queued after
+ * W. Returns W. */
+static WeftCoro *
+handed_queue_waiters (Env *e, Handed *h, WeftContext *b, WeftContext *c)
+{
+  weft_coro_unref (weft_coro_spawn (e->ctx, handed_holder, h, NULL, 0));
+  WT_WAIT_UNTIL (atomic_load (&h->held));
+  g_assert_true (atomic_load (&h->held));
+
+  /* The jobs after each spawn run once the coroutine has suspended in its
+   * wait (a context runs one thing at a time, in order): W is queued
+   * before W2. */
+  WeftCoro *first = weft_coro_spawn (b, handed_first, h, handed_first_notify, 0);
+  weft_context_post (b, handed_block_job, h, NULL);
+  WT_WAIT_UNTIL (atomic_load (&h->blocking));
+  g_assert_true (atomic_load (&h->blocking));
+  atomic_int second_queued = 0;
+  weft_coro_unref (weft_coro_spawn (c, handed_second, h, NULL, 0));
+  weft_context_post (c, handed_mark_job, &second_queued, NULL);
+  WT_WAIT_UNTIL (atomic_load (&second_queued));
+  g_assert_true (atomic_load (&second_queued));
+  return first;
+}
+
 /* Coroutine W on context B waits (a mutex lock, a condition, a channel's
  * receive), then W2 on C. B runs a job that blocks. A holder on A unlocks
  * the mutex (handing it to W), signals once, or sends one item: W is
@@ -1098,23 +1123,7 @@ test_handed_to_abandoned (gconstpointer data)
   h->cond = weft_coro_cond_new ();
   h->channel = weft_coro_channel_new (1, NULL);
   WeftContext *b = new_ctx (e.engine), *c = new_ctx (e.engine);
-
-  weft_coro_unref (weft_coro_spawn (e.ctx, handed_holder, h, NULL, 0));
-  WT_WAIT_UNTIL (atomic_load (&h->held));
-  g_assert_true (atomic_load (&h->held));
-
-  /* The jobs after each spawn run once the coroutine has suspended in its
-   * wait (a context runs one thing at a time, in order): W is queued
-   * before W2. */
-  WeftCoro *first = weft_coro_spawn (b, handed_first, h, handed_first_notify, 0);
-  weft_context_post (b, handed_block_job, h, NULL);
-  WT_WAIT_UNTIL (atomic_load (&h->blocking));
-  g_assert_true (atomic_load (&h->blocking));
-  atomic_int second_queued = 0;
-  weft_coro_unref (weft_coro_spawn (c, handed_second, h, NULL, 0));
-  weft_context_post (c, handed_mark_job, &second_queued, NULL);
-  WT_WAIT_UNTIL (atomic_load (&second_queued));
-  g_assert_true (atomic_load (&second_queued));
+  WeftCoro *first = handed_queue_waiters (&e, h, b, c);
 
   atomic_store (&h->go, 1);
   WT_WAIT_UNTIL (atomic_load (&h->released));
@@ -1168,21 +1177,7 @@ test_mutex_handed_to_refused_waiter (void)
   h->kind = HANDED_MUTEX;
   h->mutex = weft_coro_mutex_new ();
   WeftContext *b = new_ctx (e.engine), *c = new_ctx (e.engine);
-
-  weft_coro_unref (weft_coro_spawn (e.ctx, handed_holder, h, NULL, 0));
-  WT_WAIT_UNTIL (atomic_load (&h->held));
-  g_assert_true (atomic_load (&h->held));
-
-  /* W waits on B before B's blocking job runs, W2 on C after it. */
-  WeftCoro *first = weft_coro_spawn (b, handed_first, h, handed_first_notify, 0);
-  weft_context_post (b, handed_block_job, h, NULL);
-  WT_WAIT_UNTIL (atomic_load (&h->blocking));
-  g_assert_true (atomic_load (&h->blocking));
-  atomic_int second_queued = 0;
-  weft_coro_unref (weft_coro_spawn (c, handed_second, h, NULL, 0));
-  weft_context_post (c, handed_mark_job, &second_queued, NULL);
-  WT_WAIT_UNTIL (atomic_load (&second_queued));
-  g_assert_true (atomic_load (&second_queued));
+  WeftCoro *first = handed_queue_waiters (&e, h, b, c);
 
   /* Closed, but W is not abandoned yet: nothing of B's goes while its job
    * runs. */

@@ -21,6 +21,15 @@ typedef struct {
   gchar *root;
 } Srv;
 
+/* Writes file @rel with @contents under the server's root. */
+static void
+write_in (Srv *s, const char *rel, const char *contents)
+{
+  gchar *p = g_build_filename (s->root, rel, NULL);
+  g_assert_true (g_file_set_contents (p, contents, -1, NULL));
+  g_free (p);
+}
+
 /* A server for a fresh directory holding the files of @names and
  * @contents (NULL-terminated), mounted at @prefix. */
 static void
@@ -30,11 +39,7 @@ srv_start_at (Srv *s, const char *prefix, const char *const *names, const char *
   s->root = g_dir_make_tmp ("weft-static3-XXXXXX", NULL);
   g_assert_nonnull (s->root);
   for (guint i = 0; names[i] != NULL; i++)
-    {
-      gchar *p = g_build_filename (s->root, names[i], NULL);
-      g_assert_true (g_file_set_contents (p, contents[i], -1, NULL));
-      g_free (p);
-    }
+    write_in (s, names[i], contents[i]);
   s->engine = wt_engine_new (2);
   s->server = weft_http_server_new (s->engine);
   g_assert_true (weft_http_server_add_directory (s->server, prefix, s->root, &error));
@@ -58,8 +63,7 @@ srv_stop (Srv *s)
 {
   weft_http_server_unref (s->server);
   weft_engine_unref (s->engine);
-  gchar *cmd[] = { "rm", "-rf", s->root, NULL };
-  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  wt_remove_tree (s->root);
   g_free (s->root);
 }
 
@@ -473,14 +477,6 @@ mkdir_in (Srv *s, const char *rel, int mode)
   g_free (p);
 }
 
-static void
-write_in (Srv *s, const char *rel, const char *contents)
-{
-  gchar *p = g_build_filename (s->root, rel, NULL);
-  g_assert_true (g_file_set_contents (p, contents, -1, NULL));
-  g_free (p);
-}
-
 /* A 301 to exactly @location, with a small body (or none). */
 static void
 expect_redirect (gchar *got, const char *location, const char *what)
@@ -674,8 +670,7 @@ no_redirect_for_file_or_missing (gboolean walk)
 
   srv_stop (&s);
   weft__http_static_force_fallback (FALSE);
-  gchar *cmd[] = { "rm", "-rf", outside, NULL };
-  g_spawn_sync (NULL, cmd, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+  wt_remove_tree (outside);
   g_free (outside);
 }
 

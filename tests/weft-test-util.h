@@ -247,6 +247,24 @@ wt_close (int fd)
 
 /* ---- misc -------------------------------------------------------------- */
 
+/* Removes the trees at @paths (NULL-terminated), as `rm -rf` does: the
+ * tests' temporary directories, whatever modes a test left inside. */
+static inline void
+wt_remove_trees (const char *const *paths)
+{
+  GPtrArray *argv = g_ptr_array_new ();
+  g_ptr_array_add (argv, (gpointer) "rm");
+  g_ptr_array_add (argv, (gpointer) "-rf");
+  for (; *paths != NULL; paths++)
+    g_ptr_array_add (argv, (gpointer) *paths);
+  g_ptr_array_add (argv, NULL);
+  g_spawn_sync (NULL, (gchar **) argv->pdata, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL,
+                NULL, NULL);
+  g_ptr_array_free (argv, TRUE);
+}
+
+#define wt_remove_tree(...) wt_remove_trees ((const char *const[]) { __VA_ARGS__, NULL })
+
 /* xorshift64*: a per-thread generator (GLib's g_test_rand_* is not
  * thread safe). */
 static inline guint64
