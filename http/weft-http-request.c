@@ -504,11 +504,15 @@ attach (WeftHttpRequest *req)
       drop_answer (req);
       return;
     }
-  if (on_context && hc->flush_defer && !req->close_after && !req->streaming)
+  if (on_context && hc->flush_defer && !req->close_after && !req->streaming &&
+      req->resp_fd < 0)
     {
       /* Answered while on_data dispatches the requests of one read: one
        * flush after them writes every answer (pipelining), instead of one
-       * flush each. A last answer or a stream flushes as below. */
+       * flush each. A last answer or a stream flushes as below, and so
+       * does a file: held here, each would keep its descriptor open past
+       * the connection's bound on queued files (up to the pipeline limit
+       * of them per connection). */
       req->ready = TRUE;
       hc->flush_due = TRUE;
       return;
