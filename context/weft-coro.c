@@ -31,6 +31,7 @@
 #include "weft-coro-private.h"
 #include "weft-context-private.h" /* weft__context_internal_ref */
 #include "weft-engine-private.h" /* WEFT_TLS_IE */
+#include "weft-sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -891,7 +892,7 @@ weft_coro_read (gint fd, guint8 *buf, gsize len, gint timeout_ms)
   g_return_val_if_fail (buf != NULL || len == 0, -EINVAL);
   for (;;)
     {
-      ssize_t n = read (fd, buf, len);
+      ssize_t n = weft__sys_read (fd, buf, len);
       if (n >= 0)
         return n;
       int e = *weft_coro_errno_location ();
@@ -925,8 +926,8 @@ weft_coro_write_all (gint fd, const guint8 *buf, gsize len, gint timeout_ms)
   gboolean sock = TRUE;
   while (done < len)
     {
-      ssize_t n = sock ? send (fd, buf + done, len - done, MSG_NOSIGNAL)
-                       : write (fd, buf + done, len - done);
+      ssize_t n = sock ? weft__sys_send (fd, buf + done, len - done, MSG_NOSIGNAL)
+                       : weft__sys_write (fd, buf + done, len - done);
       if (n >= 0)
         {
           done += (gsize) n;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "weft-engine-private.h"
+#include "weft-sys.h"
 
 int
 weft__poll_create (void)
@@ -52,7 +53,7 @@ weft__poll_wait (int pfd, WeftPollEvent *events, int max, int timeout_ms)
     max = WEFT_POLL_BATCH;
   int n;
   do
-    n = epoll_wait (pfd, ev, max, timeout_ms);
+    n = weft__sys_epoll_wait (pfd, ev, max, timeout_ms);
   while (n < 0 && errno == EINTR);
   if (n < 0)
     return -errno;
@@ -111,7 +112,7 @@ weft__eventfd_signal (int fd)
   uint64_t one = 1;
   ssize_t r;
   do
-    r = write (fd, &one, sizeof one);
+    r = weft__sys_write (fd, &one, sizeof one);
   while (r < 0 && errno == EINTR);
   /* EAGAIN means the counter is saturated: a wake is pending anyway. */
 }

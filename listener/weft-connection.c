@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "weft-connection-private.h"
+#include "weft-sys.h"
 
 G_DEFINE_BOXED_TYPE (WeftConnection, weft_connection, weft_connection_ref,
                      weft_connection_unref)
@@ -1042,7 +1043,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
   else
     {
       do
-        n = read (self->fd, buf, room);
+        n = weft__sys_read (self->fd, buf, room);
       while (n < 0 && errno == EINTR);
       self->last_read_short = n >= 0 && (gsize) n < room;
       if (n < 0)
@@ -1476,8 +1477,8 @@ flush_plain (WeftConnection *self)
           /* One buffer, the usual case for a reply: send() skips copying
            * the msghdr and iovec into the kernel. */
           do
-            n = k == 1 ? send (self->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
-                       : sendmsg (self->fd, &msg, MSG_NOSIGNAL);
+            n = k == 1 ? weft__sys_send (self->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
+                       : weft__sys_sendmsg (self->fd, &msg, MSG_NOSIGNAL);
           while (n < 0 && errno == EINTR);
           if (n > 0)
             {
@@ -1905,7 +1906,7 @@ discard_input (WeftConnection *self)
   guint8 *scratch = scratch_buffer ();
   for (;;)
     {
-      ssize_t n = recv (self->fd, scratch, SCRATCH_SIZE, 0);
+      ssize_t n = weft__sys_recv (self->fd, scratch, SCRATCH_SIZE, 0);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
