@@ -109,6 +109,9 @@ on_context (HttpConn *hc)
  * chunks up to 1032 bytes (above, a malloc and a free take the arena's
  * slower path). All the same size, so that a thread can keep one. */
 #define ONE_ALLOC 1000
+/* The largest answer (head and copied body) held for on_data's one flush
+ * after a read (see attach()): about the size of its request. */
+#define HELD_MAX 1024
 
 /* A one-allocation request goes to the thread's spare for its next
  * request (every request takes one and frees it). */
@@ -505,14 +508,18 @@ attach (WeftHttpRequest *req)
       return;
     }
   if (on_context && hc->flush_defer && !req->close_after && !req->streaming &&
-      req->resp_fd < 0)
+      req->resp_fd < 0 && req->resp_body == NULL && req->resp_head_len <= HELD_MAX)
     {
       /* Answered while on_data dispatches the requests of one read: one
        * flush after them writes every answer (pipelining), instead of one
        * flush each. A last answer or a stream flushes as below, and so
        * does a file: held here, each would keep its descriptor open past
        * the connection's bound on queued files (up to the pipeline limit
-       * of them per connection). */
+       * of them per connection). So does an answer above HELD_MAX:
+       * held answers are not in the write queue, whose high mark stops
+       * the parsing, so a client that did not read got up to the
+       * pipeline limit of 1 MiB answers built at once; a small one held
+       * costs about what its request does, which that limit bounds. */
       req->ready = TRUE;
       hc->flush_due = TRUE;
       return;
