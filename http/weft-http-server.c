@@ -1115,6 +1115,18 @@ drain_stop (HttpConn *hc)
     close_lingering (hc);
 }
 
+/* More input came after a whole request whose client asked for the
+ * close: read no more; the close lingers (drops that input) after the
+ * answers due. */
+static void
+close_after_client_close (HttpConn *hc)
+{
+  hc->closing = TRUE;
+  hc->linger_always = TRUE;
+  stop_timer (hc);
+  weft_connection_stop_reading (hc->conn);
+}
+
 /* On a connection's context during shutdown. A request whose bytes have
  * begun to arrive (its body, or part of its head) is read to its end and
  * answered, as the connection's last; the connection stops at the
@@ -1173,6 +1185,7 @@ batch_next (HttpConn *hc, HttpBatch *b)
   /* on_data()'s reasons to stop, or to take more care (the drain). */
   if (b->consumed >= b->len || hc->closing || hc->closed || hc->reading != NULL ||
       hc->draining || weft_connection_is_write_blocked (hc->conn) ||
+      (hc->pending_tail != NULL && hc->pending_tail->client_close) ||
       hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
     return NULL;
   WeftHttpHead head;
@@ -1260,6 +1273,15 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
         }
       if (hc->drain_taken)
         break; /* draining, and the last request is in: the rest is refused */
+      if (hc->pending_tail != NULL && hc->pending_tail->client_close)
+        {
+          /* Its client asked for the close, and it is whole: what it sent
+           * after is not processed (RFC 9112 §9.6), only dropped by the
+           * lingering close once that request is answered (its handler
+           * may answer later). */
+          close_after_client_close (hc);
+          break;
+        }
       if (weft_connection_is_write_blocked (conn))
         {
           /* The client takes its answers slower than it asks: parse no

@@ -582,6 +582,59 @@ test_pipelining_answer_by_later_handler (void)
   srv_stop (&s);
 }
 
+/* /counted answers "counted" and counts its calls. */
+static atomic_int counted_calls;
+
+static void
+counted (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  atomic_fetch_add (&counted_calls, 1);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "counted", 7);
+}
+
+static void
+counted_configure (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "GET", "/counted", counted, NULL, NULL);
+}
+
+/* Requests pipelined after one with "Connection: close" (or an HTTP/1.0
+ * one without keep-alive) are not processed (RFC 9112 9.6: "MUST NOT
+ * process any further requests"), also when that request's answer comes
+ * later, from another thread: their handlers never run, and the answer
+ * is the close's. */
+static void
+test_pipelining_nothing_after_close (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, counted_configure);
+  static const char *const reqs[] = {
+    "GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    "GET /counted HTTP/1.1\r\nHost: a\r\n\r\n",
+    "GET /slow HTTP/1.0\r\n\r\nGET /counted HTTP/1.1\r\nHost: a\r\n\r\n",
+    "GET /counted HTTP/1.1\r\nHost: a\r\n\r\n"
+    "GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    "GET /counted HTTP/1.1\r\nHost: a\r\n\r\nGET /counted HTTP/1.1\r\nHost: a\r\n\r\n",
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (reqs); i++)
+    {
+      atomic_store (&counted_calls, 0);
+      int fd = wt_connect_tcp (s.port);
+      wt_send_str (fd, reqs[i]);
+      GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+      close (fd);
+      g_byte_array_append (got, (const guint8 *) "", 1);
+      const char *text = (const char *) got->data;
+      /* The first request of the last case is answered before the close. */
+      guint before = i == 2 ? 1 : 0;
+      if (atomic_load (&counted_calls) != (int) before || !g_str_has_suffix (text, "\r\n\r\nslow"))
+        g_error ("case %u: %d calls of /counted (want %u); got:\n%s", i,
+                 atomic_load (&counted_calls), before, text);
+      g_byte_array_unref (got);
+    }
+  srv_stop (&s);
+}
+
 /* A client that sends another request after its own "Connection: close"
  * one (RFC 9112 9.6 says it must not), while the answer (1 MB, larger
  * than the socket buffers) is still on its way: the server's close
@@ -2002,6 +2055,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/python-keepalive", test_python_keepalive);
   g_test_add_func ("/http-server/pipelining-order", test_pipelining_order);
   g_test_add_func ("/http-server/pipelining-past-limit", test_pipelining_past_limit);
+  g_test_add_func ("/http-server/pipelining-nothing-after-close",
+                   test_pipelining_nothing_after_close);
   g_test_add_func ("/http-server/close-answer-survives-late-request",
                    test_close_answer_survives_late_request);
   g_test_add_func ("/http-server/pipelining-oldest-late-past-limit",
