@@ -1236,14 +1236,19 @@ read_body_job (gpointer data)
  * asked for one and it is due: the client waits for it before sending the
  * body. Only if nothing of the body came yet, no earlier answer is still
  * due (it would overtake it: then weft_http_flush_ready() sends it once
- * those are out), the request is not answered already, and a streamed
- * body's handler has asked for the body. Once. */
+ * those are out), and its own answer's head is not out. A streamed body's
+ * 100 is due once its handler asks for the body, even if it answered
+ * first: that answer waits for the body (or, a stream, follows the 100),
+ * so without the 100 its client and the server waited for each other. A
+ * whole body's request answered already was refused: no 100. Once. */
 void
 weft_http_send_continue (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
   if (!req->expect_continue || req->in_bytes != 0 || weft_http_pending_peek (hc) != req ||
-      atomic_load (&req->responded) || (req->stream_body && !atomic_load (&req->body_wanted)))
+      req->head_sent)
+    return;
+  if (req->stream_body ? !atomic_load (&req->body_wanted) : atomic_load (&req->responded))
     return;
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
   req->expect_continue = FALSE;

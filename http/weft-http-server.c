@@ -320,6 +320,11 @@ flush_ready_corked (HttpConn *hc)
           else if (!req->streaming)
             break; /* answered before its body was read: wait for the body */
         }
+      /* A stream answering a body its handler asked for: the body's 100
+       * (Continue) goes first, or its client, waiting for the 100, never
+       * sends the body the stream waits for. */
+      if (req == hc->reading)
+        weft_http_send_continue (req);
       if (!req->head_sent)
         {
           /* Draining, no request will follow: an answer built before it

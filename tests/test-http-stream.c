@@ -258,6 +258,19 @@ dup_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   weft_http_request_read_body (req, dup_piece, NULL, NULL);
 }
 
+/* Answers first, then reads the body (and drops it). */
+static void
+drop_piece (WeftHttpRequest *req, const guint8 *data, gsize len, gboolean done, gpointer user_data)
+{
+}
+
+static void
+pre_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  weft_http_request_respond (req, 200, "text/plain", (const guint8 *) "pre\n", 4);
+  weft_http_request_read_body (req, drop_piece, NULL, NULL);
+}
+
 static void
 srv_start (Srv *s)
 {
@@ -279,6 +292,8 @@ srv_start (Srv *s)
                                      sum_handler, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/dup", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      dup_handler, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/pre", WEFT_HTTP_HANDLER_STREAM_BODY,
+                                     pre_handler, NULL, NULL);
   WeftListener *l = weft_http_server_get_listener (s->server);
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
   g_assert_no_error (error);
@@ -810,6 +825,44 @@ test_continue_on_read (void)
   srv_stop (&s);
 }
 
+/* A handler that answers and then asks for the body still gets its
+ * client the 100 (Continue): the answer waits for the body, and the
+ * client for the 100 (RFC 9110 §10.1.1: the server must not wait for the
+ * content before sending it). A stream that echoes the body sends it
+ * before its head. */
+static void
+test_continue_after_answer (void)
+{
+  Srv s;
+  srv_start (&s);
+  const char *paths[] = { "/pre", "/dup" };
+  for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      wt_set_timeouts (fd, 3000); /* no 100 by then: the client would wait for ever */
+      gchar *head = g_strdup_printf ("POST %s HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                                     "Connection: close\r\nContent-Length: 3\r\n\r\n",
+                                     paths[i]);
+      wt_send_str (fd, head);
+      g_free (head);
+      char cont[25];
+      ssize_t n = recv (fd, cont, sizeof cont, MSG_WAITALL);
+      if (n != (ssize_t) sizeof cont || memcmp (cont, "HTTP/1.1 100 Continue\r\n\r\n", 25) != 0)
+        g_error ("%s: no 100 (Continue) first: %.*s", paths[i], (int) MAX (n, 0), cont);
+      wt_send_str (fd, "abc");
+      GByteArray *got = wt_recv_to_eof (fd, FALSE, NULL);
+      g_byte_array_append (got, (const guint8 *) "", 1);
+      const char *text = (const char *) got->data;
+      if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || strstr (text, "100 Continue") != NULL ||
+          (i == 0 && !g_str_has_suffix (text, "\r\n\r\npre\n")) ||
+          (i == 1 && !g_str_has_suffix (text, "\r\n\r\n3\r\nabc\r\n0\r\n\r\n")))
+        g_error ("%s: after the 100:\n%s", paths[i], text);
+      g_byte_array_unref (got);
+      close (fd);
+    }
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -872,5 +925,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/refused-before-continue", test_refused_before_continue);
   g_test_add_func ("/http-stream/continue-on-read", test_continue_on_read);
   g_test_add_func ("/http-stream/duplex", test_duplex);
+  g_test_add_func ("/http-stream/continue-after-answer", test_continue_after_answer);
   return g_test_run ();
 }
