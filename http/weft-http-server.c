@@ -621,9 +621,14 @@ fail_request (HttpConn *hc, guint status)
       req->ready = TRUE;
       if (req->streaming && !req->stream_done)
         {
-          /* A stream cut off by its own request's failure ends here. */
+          /* A stream cut off by its own request's failure ends here,
+           * without the last chunk: the close then tells its client the
+           * answer is incomplete (RFC 9112 §8), where "0\r\n\r\n" passed
+           * what was written so far for the whole body. */
           req->stream_done = TRUE;
-          req->producer_on = FALSE;
+          req->tail_sent = TRUE;
+          atomic_store (&req->finish_called, TRUE);
+          weft_http_producer_release (req);
         }
       weft_http_flush_ready (hc);
     }

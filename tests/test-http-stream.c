@@ -271,6 +271,8 @@ pre_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   weft_http_request_read_body (req, drop_piece, NULL, NULL);
 }
 
+static guint srv_body_timeout_ms; /* 0: the default */
+
 static void
 srv_start (Srv *s)
 {
@@ -281,6 +283,8 @@ srv_start (Srv *s)
   __atomic_store_n (&produced, 0, __ATOMIC_SEQ_CST);
   s->engine = wt_engine_new (2);
   s->server = weft_http_server_new (s->engine);
+  if (srv_body_timeout_ms != 0)
+    weft_http_server_set_limit (s->server, WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, srv_body_timeout_ms);
   weft_http_server_add_handler (s->server, "GET", "/count", count_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/flood", flood_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/forever", forever_handler, NULL, NULL);
@@ -863,6 +867,34 @@ test_continue_after_answer (void)
   srv_stop (&s);
 }
 
+/* A stream whose own request then fails (a malformed chunk: 400; a body
+ * that stops: 408) is cut off: the close ends it without the last chunk,
+ * so its client knows the answer is incomplete (RFC 9112 §8), instead of
+ * taking the echo of half a body for a whole answer. */
+static void
+test_stream_cut_by_bad_body (void)
+{
+  Srv s;
+  srv_body_timeout_ms = 1000;
+  srv_start (&s);
+  srv_body_timeout_ms = 0;
+  const char *bodies[] = { "5\r\nhello\r\nZZ\r\n", "5\r\nhello\r\n" };
+  for (guint i = 0; i < G_N_ELEMENTS (bodies); i++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      wt_send_str (fd, "POST /dup HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+      wt_send_str (fd, bodies[i]);
+      GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+      g_byte_array_append (got, (const guint8 *) "", 1);
+      const char *text = (const char *) got->data;
+      if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || !g_str_has_suffix (text, "\r\n5\r\nhello\r\n"))
+        g_error ("stream cut off by its request's failure:\n%s", text);
+      g_byte_array_unref (got);
+      close (fd);
+    }
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -926,5 +958,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/continue-on-read", test_continue_on_read);
   g_test_add_func ("/http-stream/duplex", test_duplex);
   g_test_add_func ("/http-stream/continue-after-answer", test_continue_after_answer);
+  g_test_add_func ("/http-stream/stream-cut-by-bad-body", test_stream_cut_by_bad_body);
   return g_test_run ();
 }
