@@ -616,7 +616,11 @@ fail_request (HttpConn *hc, guint status)
     weft_http_respond_self (req, status, TRUE);
   else
     {
-      /* Already answered (before its body ended): close after it. */
+      /* Already answered (before its body ended): close after it, and
+       * say so if its head is not out yet (else the client may send its
+       * next request into the close). */
+      if (!req->head_sent)
+        weft_http_force_close (req);
       req->close_after = TRUE;
       req->ready = TRUE;
       if (req->streaming && !req->stream_done)

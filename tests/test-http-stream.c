@@ -895,6 +895,28 @@ test_stream_cut_by_bad_body (void)
   srv_stop (&s);
 }
 
+/* An answer given before its body, whose body then fails, is the
+ * connection's last: its head says so (else the client may send its next
+ * request into the close). */
+static void
+test_answered_then_bad_body (void)
+{
+  Srv s;
+  srv_start (&s);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /pre HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3\r\nabc\r\nZZ\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  const char *text = (const char *) got->data;
+  if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || strstr (text, "\r\nConnection: close\r\n") == NULL ||
+      !g_str_has_suffix (text, "\r\n\r\npre\n"))
+    g_error ("answer before a malformed body:\n%s", text);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -959,5 +981,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/duplex", test_duplex);
   g_test_add_func ("/http-stream/continue-after-answer", test_continue_after_answer);
   g_test_add_func ("/http-stream/stream-cut-by-bad-body", test_stream_cut_by_bad_body);
+  g_test_add_func ("/http-stream/answered-then-bad-body", test_answered_then_bad_body);
   return g_test_run ();
 }
