@@ -103,6 +103,9 @@ struct _WeftHttpRequest {
   gboolean dropped;         /* on the context: left the line unanswered */
   gboolean close_after;
   gboolean head_sent;       /* on the context: resp_head written */
+  gboolean failed;          /* on the context: its body failed while its
+                             * answer, made on another thread, was on its
+                             * way here (see weft_http_fail_answered()) */
 
   /* A streamed answer (weft_http_request_respond_stream()). Fields below
    * are the context's, except where marked. */
@@ -235,6 +238,7 @@ weft_http_pending_pop (HttpConn *hc)
 HttpConn *weft_http_conn_ref (HttpConn *hc);
 void weft_http_conn_unref (HttpConn *hc);
 void weft_http_flush_ready (HttpConn *hc);
+void weft_http_fail_answered (WeftHttpRequest *req);
 void weft_http_resume_body (HttpConn *hc);
 /* What the listener's accept callback does, for a connection made
  * elsewhere (the whole-connection fuzz target). */

@@ -473,6 +473,8 @@ attach_job (gpointer data)
       return;
     }
   req->ready = TRUE;
+  if (req->failed)
+    weft_http_fail_answered (req);
   if (!hc->closed)
     weft_http_flush_ready (hc);
 }

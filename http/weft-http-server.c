@@ -614,30 +614,43 @@ fail_request (HttpConn *hc, guint status)
     }
   if (!atomic_load (&req->responded))
     weft_http_respond_self (req, status, TRUE);
+  else if (!req->ready)
+    {
+      /* Answered on another thread, whose head may still be in the
+       * making there: its attach job, which follows, finishes it as
+       * below. */
+      req->failed = TRUE;
+    }
   else
     {
-      /* Already answered (before its body ended): close after it, and
-       * say so if its head is not out yet (else the client may send its
-       * next request into the close). */
-      if (!req->head_sent)
-        weft_http_force_close (req);
-      req->close_after = TRUE;
-      req->ready = TRUE;
-      if (req->streaming && !req->stream_done)
-        {
-          /* A stream cut off by its own request's failure ends here,
-           * without the last chunk: the close then tells its client the
-           * answer is incomplete (RFC 9112 §8), where "0\r\n\r\n" passed
-           * what was written so far for the whole body. */
-          req->stream_done = TRUE;
-          req->tail_sent = TRUE;
-          atomic_store (&req->finish_called, TRUE);
-          weft_http_producer_release (req);
-        }
+      weft_http_fail_answered (req);
       weft_http_flush_ready (hc);
     }
   if (body_notify != NULL)
     body_notify (body_data);
+}
+
+/* On the context, for a request answered before its body failed, its
+ * answer here: close after it, and say so if its head is not out yet
+ * (else the client may send its next request into the close). */
+void
+weft_http_fail_answered (WeftHttpRequest *req)
+{
+  if (!req->head_sent)
+    weft_http_force_close (req);
+  req->close_after = TRUE;
+  req->ready = TRUE;
+  if (req->streaming && !req->stream_done)
+    {
+      /* A stream cut off by its own request's failure ends here,
+       * without the last chunk: the close then tells its client the
+       * answer is incomplete (RFC 9112 §8), where "0\r\n\r\n" passed
+       * what was written so far for the whole body. */
+      req->stream_done = TRUE;
+      req->tail_sent = TRUE;
+      atomic_store (&req->finish_called, TRUE);
+      weft_http_producer_release (req);
+    }
 }
 
 static gboolean

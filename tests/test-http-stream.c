@@ -271,6 +271,27 @@ pre_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   weft_http_request_read_body (req, drop_piece, NULL, NULL);
 }
 
+/* Reads the body, has another thread answer 100 ms later, and holds the
+ * connection's context for 300 ms: the body (malformed) is parsed after
+ * that answer was made, before it reached the context. */
+static gpointer
+pre_thread_answer (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  g_usleep (100 * 1000);
+  weft_http_request_respond (req, 200, "text/plain", (const guint8 *) "pre\n", 4);
+  weft_http_request_unref (req);
+  return NULL;
+}
+
+static void
+pre_thread_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  weft_http_request_read_body (req, drop_piece, NULL, NULL);
+  g_thread_unref (g_thread_new ("answer", pre_thread_answer, weft_http_request_ref (req)));
+  g_usleep (300 * 1000);
+}
+
 static guint srv_body_timeout_ms; /* 0: the default */
 
 static void
@@ -298,6 +319,9 @@ srv_start (Srv *s)
                                      dup_handler, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/pre", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      pre_handler, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/pre-thread",
+                                     WEFT_HTTP_HANDLER_STREAM_BODY, pre_thread_handler, NULL,
+                                     NULL);
   WeftListener *l = weft_http_server_get_listener (s->server);
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
   g_assert_no_error (error);
@@ -917,6 +941,32 @@ test_answered_then_bad_body (void)
   srv_stop (&s);
 }
 
+/* The same when the answer, made on another thread, is on its way to the
+ * connection's context as the body fails: the failure is applied when the
+ * answer arrives, which then goes out with its close. (Before, the failure
+ * took the answer as arrived and rewrote its head; when the answer was
+ * still being built on the other thread, that was a data race. This
+ * ordering, with the answer built before the failure, passed then too:
+ * the race itself has no deterministic test.) */
+static void
+test_answered_elsewhere_then_bad_body (void)
+{
+  Srv s;
+  srv_start (&s);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /pre-thread HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3\r\nabc\r\nZZ\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  const char *text = (const char *) got->data;
+  if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || strstr (text, "\r\nConnection: close\r\n") == NULL ||
+      !g_str_has_suffix (text, "\r\n\r\npre\n"))
+    g_error ("answer from another thread before a malformed body:\n%s", text);
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -982,5 +1032,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/continue-after-answer", test_continue_after_answer);
   g_test_add_func ("/http-stream/stream-cut-by-bad-body", test_stream_cut_by_bad_body);
   g_test_add_func ("/http-stream/answered-then-bad-body", test_answered_then_bad_body);
+  g_test_add_func ("/http-stream/answered-elsewhere-then-bad-body",
+                   test_answered_elsewhere_then_bad_body);
   return g_test_run ();
 }
