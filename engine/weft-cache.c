@@ -64,6 +64,8 @@ typedef struct {
   char *region;     /* HOLDS: lock; objects never handed out */
   guint region_mags;      /* HOLDS: lock; magazines left in region */
   guint next_region_mags; /* HOLDS: lock; size of the next region */
+  Mag *partial;     /* HOLDS: lock; (nullable) leftovers of exited threads */
+  guint partial_n;  /* HOLDS: lock; objects in partial, fewer than MAG */
 } Depot;
 
 static Depot depots[WEFT_CACHE_N] = {
@@ -224,19 +226,49 @@ cache_refill (Cache *c)
   hint_top (c);
 }
 
+/* Moves the fewer than MAG objects left in @c into the depot's partial
+ * magazine, which joins the full ones once it holds MAG. Topping them up
+ * with new objects instead made every exiting thread grow the depot for
+ * good (an engine created and dropped in a loop leaked a magazine a
+ * worker). */
+static void
+depot_put_rest (Cache *c)
+{
+  Depot *d = &depots[c->kind];
+  Mag *spare = g_new (Mag, 1); /* outside the lock, as in depot_put() */
+
+  weft__mutex_lock (&d->lock);
+  if (d->partial == NULL)
+    {
+      d->partial = g_steal_pointer (&spare);
+      d->partial_n = 0;
+    }
+  for (guint i = 0; i < c->n; i++)
+    {
+      d->partial->objs[d->partial_n++] = c->objs[i];
+      if (d->partial_n == MAG)
+        {
+          /* At most once: both held fewer than MAG, and a partial that
+           * was just made cannot fill up. */
+          d->partial->next = d->full;
+          d->full = d->partial;
+          d->partial = g_steal_pointer (&spare);
+          d->partial_n = 0;
+        }
+    }
+  weft__mutex_unlock (&d->lock);
+  g_free (spare);
+  c->n = 0;
+}
+
 static void
 cache_release (gpointer data)
 {
   Cache *c = data;
-  /* A depot magazine always holds MAG objects: top the rest up. */
-  if (c->n % MAG != 0)
-    {
-      gsize size = class_size[c->kind];
-      while (c->n % MAG != 0)
-        c->objs[c->n++] = g_malloc (size);
-    }
-  while (c->n > 0)
+  while (c->n >= MAG)
     depot_put (c);
+  if (c->n > 0)
+    depot_put_rest (c);
   if (tls_caches[c->kind] == c)
     tls_caches[c->kind] = NULL;
   g_aligned_free (c);
