@@ -214,16 +214,22 @@ mime_type (const char *name)
   return "application/octet-stream";
 }
 
-static void
+/* An IMF-fixdate; FALSE for a time that has none: gmtime() cannot
+ * convert it (a file's mtime is any 64-bit value its owner set, on
+ * tmpfs), or its year is not the four digits the form has (nor one
+ * parse_http_date() would read back). */
+static gboolean
 format_http_date (time_t t, char *buf, gsize len)
 {
   static const char days[][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
   static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
   struct tm tm;
-  gmtime_r (&t, &tm);
+  if (gmtime_r (&t, &tm) == NULL || tm.tm_year < 0 || tm.tm_year > 9999 - 1900)
+    return FALSE;
   snprintf (buf, len, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
             months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return TRUE;
 }
 
 /* Reads @n digits at @p into *@v; FALSE if any is not a digit. */
@@ -652,9 +658,11 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
   char etag[64], modified[40];
   g_snprintf (etag, sizeof etag, "\"%" G_GINT64_MODIFIER "x-%" G_GINT64_MODIFIER "x-%lx\"",
               (gint64) st.st_size, (gint64) st.st_mtim.tv_sec, (long) st.st_mtim.tv_nsec);
-  format_http_date (st.st_mtim.tv_sec, modified, sizeof modified);
   weft_http_request_add_response_header (req, "ETag", etag);
-  weft_http_request_add_response_header (req, "Last-Modified", modified);
+  /* RFC 9110 §8.8.2.1: a modification time in the future is sent as now,
+   * never as a Last-Modified later than the Date; none without a date. */
+  if (format_http_date (MIN (st.st_mtim.tv_sec, time (NULL)), modified, sizeof modified))
+    weft_http_request_add_response_header (req, "Last-Modified", modified);
   weft_http_request_add_response_header (req, "Accept-Ranges", "bytes");
 
   /* RFC 9110 §13.2.2, in its order: If-Match (strong), else

@@ -32,14 +32,23 @@ write_in (Srv *s, const char *rel, const char *contents)
 
 /* A server for a fresh directory holding the files of @names and
  * @contents (NULL-terminated), mounted at @prefix. */
+static void srv_serve (Srv *s, const char *prefix);
+
 static void
 srv_start_at (Srv *s, const char *prefix, const char *const *names, const char *const *contents)
 {
-  GError *error = NULL;
   s->root = g_dir_make_tmp ("weft-static3-XXXXXX", NULL);
   g_assert_nonnull (s->root);
   for (guint i = 0; names[i] != NULL; i++)
     write_in (s, names[i], contents[i]);
+  srv_serve (s, prefix);
+}
+
+/* Serves s->root (made by the caller) at @prefix. */
+static void
+srv_serve (Srv *s, const char *prefix)
+{
+  GError *error = NULL;
   s->engine = wt_engine_new (2);
   s->server = weft_http_server_new (s->engine);
   g_assert_true (weft_http_server_add_directory (s->server, prefix, s->root, &error));
@@ -722,6 +731,104 @@ test_no_open_redirect (void)
   srv_stop (&s);
 }
 
+/* The seconds of the IMF-fixdate @date (exactly one: 29 characters), or
+ * -1 if it is not one. */
+static gint64
+imf_fixdate_seconds (const char *date)
+{
+  struct tm tm = { 0 };
+  const char *end = strptime (date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (strlen (date) != 29 || end == NULL || *end != '\0')
+    return -1;
+  return (gint64) timegm (&tm);
+}
+
+/* Sets @name's modification time to @sec seconds since the epoch; FALSE
+ * if the file system cannot hold it. */
+static gboolean
+set_mtime (Srv *s, const char *name, gint64 sec)
+{
+  gchar *path = g_build_filename (s->root, name, NULL);
+  struct timespec ts[2] = { { .tv_sec = (time_t) sec }, { .tv_sec = (time_t) sec } };
+  struct stat st;
+  gboolean ok = utimensat (AT_FDCWD, path, ts, 0) == 0 && stat (path, &st) == 0 &&
+                (gint64) st.st_mtim.tv_sec == sec;
+  g_free (path);
+  return ok;
+}
+
+/* Checks the answer to GET /@name: 200 with its body, and a
+ * Last-Modified, if any, that is an IMF-fixdate no later than the Date
+ * (RFC 9110 §8.8.2.1: a modification time in the future is replaced with
+ * the time of the answer). */
+static void
+expect_sane_last_modified (Srv *s, const char *name, const char *body)
+{
+  gchar *path = g_strconcat ("/", name, NULL);
+  gchar *got = get (s->port, path, NULL);
+  const char *end = strstr (got, "\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 ") || end == NULL || strcmp (end + 4, body) != 0)
+    g_error ("%s: expected 200 with body %s, got:\n%s", name, body, got);
+  gchar *date = header_of (got, "\r\nDate: ");
+  if (strstr (got, "\r\nLast-Modified: ") != NULL)
+    {
+      gchar *modified = header_of (got, "\r\nLast-Modified: ");
+      gint64 lm = imf_fixdate_seconds (modified), now = imf_fixdate_seconds (date);
+      if (lm < 0 || now < 0 || lm > now)
+        g_error ("%s: Last-Modified %s, Date %s", name, modified, date);
+      g_free (modified);
+    }
+  g_free (date);
+  g_free (got);
+  g_free (path);
+}
+
+/* A file's modification time is whatever its owner set: one in the
+ * future went out as a Last-Modified later than the Date (RFC 9110
+ * §8.8.2.1 forbids it), one past year 9999 as a five-digit year (not an
+ * HTTP-date), and one gmtime() cannot convert (tmpfs keeps 64-bit times)
+ * was formatted from an unset struct tm: garbage, or an out-of-bounds
+ * read of the month and day names that crashed the server. */
+static void
+test_last_modified_bounds (void)
+{
+  static const char *const names[] = { "soon.txt", NULL };
+  static const char *const contents[] = { "soon", NULL };
+  Srv s;
+  srv_start (&s, names, contents);
+  g_assert_true (set_mtime (&s, "soon.txt", (gint64) time (NULL) + 86400));
+  expect_sane_last_modified (&s, "soon.txt", "soon");
+  srv_stop (&s);
+
+  /* Times out of gmtime()'s or IMF-fixdate's range need a file system
+   * that keeps them (tmpfs does; ext4 stops at 2446). */
+  s.root = g_mkdtemp (g_strdup ("/dev/shm/weft-static3-XXXXXX"));
+  if (s.root == NULL)
+    {
+      g_test_skip ("no /dev/shm");
+      return;
+    }
+  srv_serve (&s, "/");
+  const gint64 times[] = { G_GINT64_CONSTANT (253402300800) /* 1 Jan 10000 */,
+                           G_GINT64_CONSTANT (1) << 62, -(G_GINT64_CONSTANT (1) << 62),
+                           G_GINT64_CONSTANT (-62167219300) /* year -1 */ };
+  guint tried = 0;
+  for (guint i = 0; i < G_N_ELEMENTS (times); i++)
+    {
+      gchar *name = g_strdup_printf ("t%u.txt", i);
+      write_in (&s, name, "far");
+      if (set_mtime (&s, name, times[i]))
+        {
+          expect_sane_last_modified (&s, name, "far");
+          tried++;
+        }
+      g_free (name);
+    }
+  g_test_message ("%u of %u far-off times kept by the file system", tried,
+                  (guint) G_N_ELEMENTS (times));
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -743,5 +850,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-static/no-redirect-for-file-or-missing-fallback",
                    test_no_redirect_for_file_or_missing_fallback);
   g_test_add_func ("/http-static/no-open-redirect", test_no_open_redirect);
+  g_test_add_func ("/http-static/last-modified-bounds", test_last_modified_bounds);
   return g_test_run ();
 }
