@@ -32,28 +32,53 @@ reason_len (guint status, gsize *len)
     R ("OK");
   switch (status)
     {
+    /* RFC 9110 §15, and RFC 6585's 428, 429 and 431. */
     case 100: R ("Continue");
+    case 101: R ("Switching Protocols");
+    case 103: R ("Early Hints");
     case 200: R ("OK");
     case 201: R ("Created");
+    case 202: R ("Accepted");
+    case 203: R ("Non-Authoritative Information");
     case 204: R ("No Content");
+    case 205: R ("Reset Content");
     case 206: R ("Partial Content");
+    case 300: R ("Multiple Choices");
     case 301: R ("Moved Permanently");
     case 302: R ("Found");
+    case 303: R ("See Other");
     case 304: R ("Not Modified");
+    case 307: R ("Temporary Redirect");
+    case 308: R ("Permanent Redirect");
     case 400: R ("Bad Request");
+    case 401: R ("Unauthorized");
+    case 402: R ("Payment Required");
     case 403: R ("Forbidden");
     case 404: R ("Not Found");
     case 405: R ("Method Not Allowed");
+    case 406: R ("Not Acceptable");
+    case 407: R ("Proxy Authentication Required");
     case 408: R ("Request Timeout");
+    case 409: R ("Conflict");
+    case 410: R ("Gone");
     case 411: R ("Length Required");
+    case 412: R ("Precondition Failed");
     case 413: R ("Content Too Large");
     case 414: R ("URI Too Long");
+    case 415: R ("Unsupported Media Type");
     case 416: R ("Range Not Satisfiable");
     case 417: R ("Expectation Failed");
+    case 421: R ("Misdirected Request");
+    case 422: R ("Unprocessable Content");
+    case 426: R ("Upgrade Required");
+    case 428: R ("Precondition Required");
+    case 429: R ("Too Many Requests");
     case 431: R ("Request Header Fields Too Large");
     case 500: R ("Internal Server Error");
     case 501: R ("Not Implemented");
+    case 502: R ("Bad Gateway");
     case 503: R ("Service Unavailable");
+    case 504: R ("Gateway Timeout");
     case 505: R ("HTTP Version Not Supported");
     default: R ("Unknown");
     }

@@ -308,14 +308,14 @@ test_preconditions (void)
     { "If-Match: {E}\r\n", "HTTP/1.1 200 " },
     { "If-Match: *\r\n", "HTTP/1.1 200 " },
     { "If-Match: \"zzz\", {E}\r\n", "HTTP/1.1 200 " },
-    { "If-Match: \"zzz\"\r\n", "HTTP/1.1 412 " },
-    { "If-Match: W/{E}\r\n", "HTTP/1.1 412 " },   /* a weak tag never matches strongly */
-    { "If-Match: x{E}\r\n", "HTTP/1.1 412 " },    /* malformed: matches nothing */
+    { "If-Match: \"zzz\"\r\n", "HTTP/1.1 412 Precondition Failed\r\n" },
+    { "If-Match: W/{E}\r\n", "HTTP/1.1 412 Precondition Failed\r\n" },   /* a weak tag never matches strongly */
+    { "If-Match: x{E}\r\n", "HTTP/1.1 412 Precondition Failed\r\n" },    /* malformed: matches nothing */
     { "If-Unmodified-Since: {A}\r\n", "HTTP/1.1 200 " },
-    { "If-Unmodified-Since: {B}\r\n", "HTTP/1.1 412 " },
+    { "If-Unmodified-Since: {B}\r\n", "HTTP/1.1 412 Precondition Failed\r\n" },
     { "If-Unmodified-Since: yesterday\r\n", "HTTP/1.1 200 " }, /* not a date: ignored */
     { "If-Match: {E}\r\nIf-Unmodified-Since: {B}\r\n", "HTTP/1.1 200 " }, /* If-Match wins */
-    { "If-Match: \"zzz\"\r\nIf-None-Match: {E}\r\n", "HTTP/1.1 412 " },  /* 412 first */
+    { "If-Match: \"zzz\"\r\nIf-None-Match: {E}\r\n", "HTTP/1.1 412 Precondition Failed\r\n" },  /* 412 first */
     { "If-None-Match: {E}\r\n", "HTTP/1.1 304 " },
     { "If-None-Match: W/{E}\r\n", "HTTP/1.1 304 " }, /* weak comparison */
     { "If-None-Match: *\r\n", "HTTP/1.1 304 " },
