@@ -642,8 +642,12 @@ on_listen_fd (gint fd, GIOCondition condition, gpointer data)
                                                          backoff_over, self, NULL);
           break;
         }
-      g_warning ("accept: %s", g_strerror (err));
-      break;
+      /* The socket itself failed (EINVAL once another holder of an adopted
+       * socket shut it down): it stays readable or hung up, so watching it
+       * on would spin. Stop, once; it is closed with the others. */
+      g_warning ("accept on fd %d: %s; no longer accepting on it", fd, g_strerror (err));
+      ls->id = 0;
+      return G_SOURCE_REMOVE;
     }
   return G_SOURCE_CONTINUE;
 }

@@ -530,6 +530,51 @@ test_emfile (void)
   g_test_trap_assert_stderr_unmatched ("*pausing*pausing*");
 }
 
+/* ---- /listener/accept-error ------------------------------------------- */
+
+/* An adopted listening socket that another holder of it shuts down
+ * (a service manager's copy): accept fails with EINVAL from then on while
+ * epoll keeps reporting it readable and hung up. The listener stops
+ * watching that socket: no busy loop, one warning, not one per retry. */
+static void
+test_accept_error (void)
+{
+  if (g_test_subprocess ())
+    {
+      g_log_set_always_fatal (G_LOG_FATAL_MASK | G_LOG_LEVEL_CRITICAL);
+      WeftEngine *engine = wt_engine_new (2);
+      WeftListener *l = weft_listener_new (engine, accept_echo, NULL, NULL);
+      GError *error = NULL;
+      guint16 port;
+      int lfd = wt_listening_socket (16, &port);
+      int other = dup (lfd);
+      g_assert_true (weft_listener_add_fd (l, lfd, &error));
+      g_assert_no_error (error);
+      g_assert_true (weft_listener_start (l, NULL));
+      int fd = wt_connect_tcp (port);
+      echo_once (fd);
+      g_assert_cmpint (shutdown (other, SHUT_RDWR), ==, 0);
+      g_usleep (100000);
+      double cpu0 = cpu_seconds ();
+      gint64 t0 = g_get_monotonic_time ();
+      g_usleep (500000);
+      double cpu = cpu_seconds () - cpu0;
+      double wall = (double) (g_get_monotonic_time () - t0) / 1e6;
+      g_assert_cmpfloat (cpu, <, 0.5 * wall);
+      /* The connection accepted before goes on. */
+      echo_once (fd);
+      close (fd);
+      close (other);
+      weft_listener_unref (l);
+      weft_engine_unref (engine);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 60 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  g_test_trap_assert_stderr ("*accept on fd*: Invalid argument; no longer accepting on it*");
+  g_test_trap_assert_stderr_unmatched ("*accept:*accept:*");
+}
+
 /* ---- /listener/echo-1000 ----------------------------------------------- */
 
 #define N_CLIENTS 1000
@@ -738,6 +783,7 @@ main (int argc, char **argv)
   g_test_add_func ("/listener/max-connections", test_max_connections);
   g_test_add_func ("/listener/max-connections-raised", test_max_connections_raised);
   g_test_add_func ("/listener/emfile", test_emfile);
+  g_test_add_func ("/listener/accept-error", test_accept_error);
   g_test_add_func ("/listener/echo-1000", test_echo_1000);
   g_test_add_func ("/listener/shutdown", test_shutdown);
   g_test_add_func ("/listener/shutdown-racing-last-close", test_shutdown_racing_last_close);
