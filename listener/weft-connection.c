@@ -909,8 +909,14 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
         {
         case READ_RAW:
           {
+            ReadCb before = self->reader;
             used = self->reader.func (self, data, len, self->reader.data);
             g_return_if_fail (used <= len);
+            /* Took nothing but handed over to another reader: that one
+             * sees the bytes now, as no new edge may come to present them. */
+            if (used == 0 && (self->mode != READ_RAW || self->reader.func != before.func ||
+                              self->reader.data != before.data))
+              continue;
             break;
           }
         case READ_EXACTLY:

@@ -240,6 +240,48 @@ test_raw_partial_consume (void)
   seen_clear (&seen);
 }
 
+/* ---- /connection/raw-hand-over ----------------------------------------- */
+
+static gsize
+echo_line (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  weft_connection_write (conn, data, len);
+  return len;
+}
+
+/* Looks at the first bytes without taking any and hands them to a line
+ * reader (a protocol sniffer). */
+static gsize
+sniff_then_lines (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  weft_connection_read_until (conn, (const guint8 *) "\r\n", 2, 0, echo_line, NULL, NULL);
+  return 0;
+}
+
+static void
+setup_sniff (WeftConnection *conn, gpointer test_data)
+{
+  weft_connection_start_reading (conn, sniff_then_lines, NULL, NULL);
+}
+
+/* A raw reader that consumes nothing but installs another reader: the new
+ * one gets the bytes at once, not only when more arrive (the client here
+ * sends no more until it has its answer). */
+static void
+test_raw_hand_over (void)
+{
+  WtServer srv;
+  wt_server_start (&srv, 1, setup_sniff, NULL);
+  int fd = wt_connect_tcp (srv.port);
+  wt_set_timeouts (fd, 5000);
+  wt_send_str (fd, "hello\r\n");
+  char buf[7];
+  wt_recv_exactly (fd, buf, sizeof buf);
+  g_assert_cmpmem (buf, sizeof buf, "hello\r\n", 7);
+  close (fd);
+  wt_server_stop (&srv);
+}
+
 /* ---- /connection/slow-reader-bounded ----------------------------------- */
 
 #define BIG_WRITE (100 * 1024 * 1024)
@@ -1169,6 +1211,7 @@ main (int argc, char **argv)
   g_test_add_func ("/connection/read-exactly", test_read_exactly);
   g_test_add_func ("/connection/read-until", test_read_until);
   g_test_add_func ("/connection/raw-partial-consume", test_raw_partial_consume);
+  g_test_add_func ("/connection/raw-hand-over", test_raw_hand_over);
   g_test_add_func ("/connection/slow-reader-bounded", test_slow_reader_bounded);
   g_test_add_func ("/connection/peer-reset-mid-write", test_peer_reset_mid_write);
   g_test_add_func ("/connection/pause-resume", test_pause_resume);
