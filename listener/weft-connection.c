@@ -902,6 +902,7 @@ fail_literal (WeftConnection *self, GIOErrorEnum code, const char *message)
 static void
 deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data, gsize len)
 {
+  guint handovers = 0;
   while (len > 0 && !self->closed && self->mode != READ_NONE)
     {
       gsize used = 0;
@@ -913,9 +914,12 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
             used = self->reader.func (self, data, len, self->reader.data);
             g_return_if_fail (used <= len);
             /* Took nothing but handed over to another reader: that one
-             * sees the bytes now, as no new edge may come to present them. */
-            if (used == 0 && (self->mode != READ_RAW || self->reader.func != before.func ||
-                              self->reader.data != before.data))
+             * sees the bytes now, as no new edge may come to present them.
+             * (Bounded: readers that hand over to each other for ever,
+             * taking nothing, must not hold the worker.) */
+            if (used == 0 && handovers++ < 16 &&
+                (self->mode != READ_RAW || self->reader.func != before.func ||
+                 self->reader.data != before.data))
               continue;
             break;
           }
