@@ -330,16 +330,29 @@ put (char *p, const char *s, gsize n)
 
 #define PUT_LIT(p, lit) put ((p), (lit), sizeof (lit) - 1)
 
-/* A header name: a token (no control character, space, colon or DEL). */
+/* A header name: a token (RFC 9110 §5.6.2: no control character, space,
+ * DEL, non-ASCII byte or delimiter such as ':', '"', '(' or ','). */
 static gboolean
 header_name_ok (const char *s)
 {
   if (*s == '\0')
     return FALSE;
   for (const guchar *p = (const guchar *) s; *p != '\0'; p++)
-    if (*p <= ' ' || *p == ':' || *p >= 0x7f)
+    if (*p <= ' ' || *p >= 0x7f || strchr ("\"(),/:;<=>?@[\\]{}", *p) != NULL)
       return FALSE;
   return TRUE;
+}
+
+/* The headers build_response() writes itself: one added by a handler too
+ * would frame the answer twice (two lengths, a length and chunks, a
+ * close the connection does not make). */
+static gboolean
+header_is_servers (const char *name)
+{
+  return g_ascii_strcasecmp (name, "Content-Length") == 0 ||
+         g_ascii_strcasecmp (name, "Transfer-Encoding") == 0 ||
+         g_ascii_strcasecmp (name, "Connection") == 0 ||
+         g_ascii_strcasecmp (name, "Date") == 0;
 }
 
 /* The length of a header value, or -1 if it holds a control character
@@ -857,7 +870,9 @@ weft_http_request_get_body (WeftHttpRequest *self)
  * @value: its value (no CR or LF)
  *
  * Adds a header to the answer. Date, Content-Length, Transfer-Encoding
- * and Connection are the server's.
+ * and Connection are the server's: adding one of them, a name that is not
+ * a token or a value with a control character other than tab is refused
+ * (a critical warning; the header is left out).
  */
 void
 weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
@@ -872,6 +887,12 @@ weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
     {
       g_critical ("weft_http_request_add_response_header: refused a header with a control "
                   "character or a bad name: %s", name);
+      return;
+    }
+  if (header_is_servers (name))
+    {
+      g_critical ("weft_http_request_add_response_header: refused %s: the server writes it",
+                  name);
       return;
     }
   if (self->extra == NULL)

@@ -892,6 +892,66 @@ test_no_header_injection (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/no-framing-override ---------------------------------- */
+
+/* A handler adding the headers the server writes itself, and names that
+ * are not tokens (RFC 9110 §5.6.2). */
+static void
+overriding (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_add_response_header (request, "Content-Length", "1");
+  weft_http_request_add_response_header (request, "transfer-encoding", "chunked");
+  weft_http_request_add_response_header (request, "CONNECTION", "keep-alive");
+  weft_http_request_add_response_header (request, "Date", "yesterday");
+  weft_http_request_add_response_header (request, "X(a)", "1");
+  weft_http_request_add_response_header (request, "X\"q", "1");
+  weft_http_request_add_response_header (request, "X-Ok", "1");
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "body", 4);
+}
+
+static void
+add_overriding (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "GET", "/override", overriding, NULL, NULL);
+}
+
+/* A handler cannot frame the answer a second time: an added
+ * Content-Length (a second length, which lies), Transfer-Encoding (with a
+ * length: RFC 9112 §6.1 forbids both), Connection or Date is refused, as
+ * is a header name that is not a token; the answer keeps the server's. */
+static void
+test_no_framing_override (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  g_log_set_always_fatal (G_LOG_FATAL_MASK);
+  g_log_set_default_handler (count_criticals, NULL);
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_overriding);
+  gchar *got = exchange_to_close (s.port, "GET /override HTTP/1.1\r\nHost: a\r\n"
+                                          "Connection: close\r\n\r\n");
+  const char *end = strstr (got, "\r\n\r\n");
+  gchar *lower = g_ascii_strdown (got, -1);
+  const char *cl = strstr (lower, "content-length:");
+  const char *date = strstr (lower, "\r\ndate:");
+  if (!g_str_has_prefix (got, "HTTP/1.1 200 ") || end == NULL || strcmp (end + 4, "body") != 0 ||
+      cl == NULL || strstr (cl + 1, "content-length:") != NULL ||
+      strstr (got, "\r\nContent-Length: 4\r\n") == NULL ||
+      strstr (lower, "transfer-encoding") != NULL || strstr (lower, "keep-alive") != NULL ||
+      date == NULL || strstr (date + 1, "\r\ndate:") != NULL || strstr (got, "yesterday") != NULL ||
+      strstr (got, "X(a)") != NULL || strstr (got, "X\"q") != NULL ||
+      strstr (got, "\r\nX-Ok: 1\r\n") == NULL)
+    g_error ("an answer with headers a handler must not set:\n%s", got);
+  g_free (lower);
+  g_free (got);
+  g_assert_cmpint (atomic_load (&injection_criticals), ==, 6);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -2072,6 +2132,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/expect-continue-stream-body-asked-late",
                    test_expect_continue_stream_body_asked_late);
   g_test_add_func ("/http-server/no-header-injection", test_no_header_injection);
+  g_test_add_func ("/http-server/no-framing-override", test_no_framing_override);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
