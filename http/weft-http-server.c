@@ -1612,7 +1612,9 @@ weft_http_server_get_listener (WeftHttpServer *self)
  * @self: a server, not started yet
  * @method: (nullable): the method to serve ("GET", "POST", ...), or %NULL
  *   for any; a GET handler also answers HEAD (the first route in order
- *   that fits wins)
+ *   that fits wins). Other methods than GET, HEAD, POST, PUT, DELETE,
+ *   OPTIONS, PATCH, TRACE and CONNECT get 501, so a handler for one is
+ *   refused
  * @path: the path pattern: segments separated by '/', each literal or a
  *   whole `{name}` segment (read with weft_http_request_get_param()),
  *   optionally ending in a star for a prefix ("/static/" then "*"); or
@@ -1637,6 +1639,16 @@ weft_http_server_add_handler_full (WeftHttpServer *self, const gchar *method, co
   g_return_if_fail (path != NULL && path[0] != '\0');
   g_return_if_fail (func != NULL);
   g_return_if_fail (!self->started);
+  /* A method the server answers 501 to would never reach the route, yet
+   * be listed in 405s' Allow (an empty one made that list loop for ever,
+   * one with CR LF made the Allow header refused). */
+  if (method != NULL && !known_method (method))
+    {
+      g_critical ("weft_http_server_add_handler: method \"%s\" is never served "
+                  "(use GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE or CONNECT)",
+                  method);
+      return;
+    }
   if (!weft_http_router_add (self->router, method, path, flags, func, user_data, notify))
     g_critical ("weft_http_server_add_handler: malformed path pattern \"%s\"", path);
 }

@@ -952,6 +952,46 @@ test_no_framing_override (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/bad-handler-methods ---------------------------------- */
+
+/* Routes for methods the server never dispatches (empty, with CR LF, in
+ * lower case: those get 501), beside a POST route on the same path. */
+static void
+add_bad_methods (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "POST", "/m", hello, NULL, NULL);
+  weft_http_server_add_handler (server, "", "/m", hello, NULL, NULL);
+  weft_http_server_add_handler (server, "G\r\nX: y", "/m", hello, NULL, NULL);
+  weft_http_server_add_handler (server, "get", "/m", hello, NULL, NULL);
+}
+
+/* Such a route is refused with a critical when added: an empty method
+ * made the 405's Allow list loop for ever on a worker (add_allowed()), one
+ * with CR LF made the Allow header refused (a 405 without Allow, RFC 9110
+ * §15.5.6), and "get" was listed in Allow though it gets 501. */
+static void
+test_bad_handler_methods (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  g_log_set_always_fatal (G_LOG_FATAL_MASK);
+  g_log_set_default_handler (count_criticals, NULL);
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_bad_methods);
+  g_assert_cmpint (atomic_load (&injection_criticals), ==, 3);
+  gchar *got = exchange_to_close (s.port, "GET /m HTTP/1.1\r\nHost: a\r\n"
+                                          "Connection: close\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 405 ") || strstr (got, "\r\nAllow: POST\r\n") == NULL)
+    g_error ("a 405 with a wrong Allow:\n%s", got);
+  g_free (got);
+  g_assert_cmpint (atomic_load (&injection_criticals), ==, 3);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -2133,6 +2173,7 @@ main (int argc, char **argv)
                    test_expect_continue_stream_body_asked_late);
   g_test_add_func ("/http-server/no-header-injection", test_no_header_injection);
   g_test_add_func ("/http-server/no-framing-override", test_no_framing_override);
+  g_test_add_func ("/http-server/bad-handler-methods", test_bad_handler_methods);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
