@@ -625,15 +625,18 @@ weft_http_force_close (WeftHttpRequest *req)
     return; /* out already (handed over): the close is all that is left */
   gsize len = req->resp_head_len;
   const char *h = req->resp_head;
-  static const char ka[] = "Connection: keep-alive\r\n";
+  /* A whole line: a handler's header value may end with the same text
+   * (a client's, echoed), and erasing that joined two lines and left the
+   * server's keep-alive beside the close. */
+  static const char ka[] = "\r\nConnection: keep-alive\r\n";
   /* The head ends at the first blank line; a small body may follow. */
   gsize head_len = (gsize) (g_strstr_len (h, (gssize) len, "\r\n\r\n") - h) + 4;
   GString *s = g_string_new_len (h, (gssize) len);
   const char *k = g_strstr_len (s->str, (gssize) head_len, ka);
   if (k != NULL)
     {
-      g_string_erase (s, k - s->str, sizeof ka - 1);
-      head_len -= sizeof ka - 1;
+      g_string_erase (s, k + 2 - s->str, sizeof ka - 3);
+      head_len -= sizeof ka - 3;
     }
   g_string_insert (s, (gssize) head_len - 2, "Connection: close\r\n");
   free_resp_head (req);

@@ -992,6 +992,50 @@ test_bad_handler_methods (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/forced-close-keeps-headers --------------------------- */
+
+/* A streamed-body handler that refuses the body at once, echoing a
+ * client's header into its answer. */
+static void
+refuse_echoing (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  weft_http_request_add_response_header (request, "X-Echo",
+                                         weft_http_request_get_header (request, "X-Echo"));
+  weft_http_request_add_response_header (request, "X-After", "1");
+  weft_http_request_respond (request, 413, "text/plain", (const guint8 *) "no", 2);
+}
+
+static void
+add_refuse_echoing (WeftHttpServer *server)
+{
+  weft_http_server_add_handler_full (server, "POST", "/refuse-echo",
+                                     WEFT_HTTP_HANDLER_STREAM_BODY, refuse_echoing, NULL, NULL);
+}
+
+/* An answer made the connection's last after it was built (here: its
+ * streamed body is left unread) trades its HTTP/1.0 keep-alive for a
+ * close. A header value that a client made end in "Connection:
+ * keep-alive" was taken for the server's line: the value lost its end
+ * and the next header was joined to it, and the answer said both
+ * keep-alive and close. */
+static void
+test_forced_close_keeps_headers (void)
+{
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_refuse_echoing);
+  gchar *got = exchange_to_close (s.port, "POST /refuse-echo HTTP/1.0\r\nHost: a\r\n"
+                                          "Connection: keep-alive\r\n"
+                                          "X-Echo: v Connection: keep-alive\r\n"
+                                          "Content-Length: 5\r\n\r\n");
+  if (!g_str_has_prefix (got, "HTTP/1.1 413 ") ||
+      strstr (got, "\r\nX-Echo: v Connection: keep-alive\r\nX-After: 1\r\n"
+                   "Connection: close\r\n\r\nno") == NULL ||
+      strstr (got, "\r\nConnection: keep-alive") != NULL)
+    g_error ("a forced close changed the handler's headers:\n%s", got);
+  g_free (got);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1 and §15.2: an HTTP/1.0 request's 100-continue is
  * ignored; no 1xx goes to an HTTP/1.0 client. The pause between head and
  * body is where a 100 would be sent: the first bytes back must be the 200. */
@@ -2174,6 +2218,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/no-header-injection", test_no_header_injection);
   g_test_add_func ("/http-server/no-framing-override", test_no_framing_override);
   g_test_add_func ("/http-server/bad-handler-methods", test_bad_handler_methods);
+  g_test_add_func ("/http-server/forced-close-keeps-headers", test_forced_close_keeps_headers);
   g_test_add_func ("/http-server/http10", test_http10);
   g_test_add_func ("/http-server/expect-continue-http10", test_expect_continue_http10);
   g_test_add_func ("/http-server/silent-connection", test_silent_connection);
