@@ -164,8 +164,13 @@ weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req)
   time_t now = time (NULL);
   struct tm tm;
   gmtime_r (&now, &tm);
+  /* The Common Log Format's months are English: strftime's %b follows
+   * LC_TIME, which a GTK application sets from the user's locale. */
+  static const char months[][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
   char when[40];
-  strftime (when, sizeof when, "%d/%b/%Y:%H:%M:%S +0000", &tm);
+  g_snprintf (when, sizeof when, "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday,
+              months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
   g_string_append_printf (line, "%s - - [%s] ", peer_of (req->hc), when);
   if (req->head != NULL)
     {
