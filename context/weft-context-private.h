@@ -356,6 +356,9 @@ void weft__signals_unsubscribe (WeftEngine *engine, WeftSignalSource *source);
 /* Unhooks a source that left the id map and is not running; returns TRUE
  * when the caller must call weft__source_finalize() after unlocking. */
 gboolean weft__source_detach_unlocked (WeftSource *source);
+/* For a source removed while its callback runs: what must not wait for
+ * the callback to return (an fd leaves epoll now). */
+void weft__source_unwatch_running_unlocked (WeftSource *source);
 /* Drops the source's registration: frees it (notify included) once no
  * queued node holds it any more. */
 void weft__source_finalize (WeftSource *source);

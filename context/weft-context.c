@@ -713,7 +713,9 @@ close_context (WeftContext *self)
     {
       WeftSource *src = all->pdata[i];
       src->removed = TRUE;
-      if (!src->running && weft__source_detach_unlocked (src))
+      if (src->running)
+        weft__source_unwatch_running_unlocked (src);
+      else if (weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);
     }
   weft__mutex_unlock (weft__context_lock (self));

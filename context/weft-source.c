@@ -120,6 +120,17 @@ weft__source_detach_unlocked (WeftSource *source)
 }
 
 void
+weft__source_unwatch_running_unlocked (WeftSource *source)
+{
+  /* The caller may close the fd as soon as the remove returns, and the
+   * number may be reused and watched by another source before the
+   * callback returns: an EPOLL_CTL_DEL by number then would drop that
+   * one's registration. (Detaching twice is harmless: the key is 0.) */
+  if (source->kind == WEFT_SOURCE_FD)
+    weft__fd_source_detach_unlocked ((WeftFdSource *) source);
+}
+
+void
 weft__source_finalize (WeftSource *source)
 {
   switch (source->kind)
@@ -176,6 +187,8 @@ weft_context_remove (WeftContext *self, guint id)
       src->removed = TRUE;
       if (!src->running)
         finalize = weft__source_detach_unlocked (src);
+      else
+        weft__source_unwatch_running_unlocked (src);
     }
   weft__mutex_unlock (lock);
   if (finalize)
