@@ -807,15 +807,26 @@ post (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data
   guint32 flags = tls_current == NULL ? WEFT_JOB_OUTSIDE : 0;
   if (self->max_queued > 0)
     {
-      guint before = atomic_fetch_add (&self->n_queued, 1);
-      if (bounded && before >= self->max_queued)
+      if (!bounded)
+        atomic_fetch_add (&self->n_queued, 1);
+      else
         {
-          atomic_fetch_sub (&self->n_queued, 1);
-          g_set_error (error, WEFT_ERROR, WEFT_ERROR_QUEUE_FULL,
-                       "the context already has %u jobs queued", self->max_queued);
-          if (notify != NULL)
-            notify (user_data);
-          return FALSE;
+          /* Counted only if taken: an add undone on refusal made the
+           * count pass the bound for a moment, so a try_post racing with
+           * it could be refused while the queue had room. */
+          guint n = atomic_load_explicit (&self->n_queued, memory_order_relaxed);
+          do
+            {
+              if (n >= self->max_queued)
+                {
+                  g_set_error (error, WEFT_ERROR, WEFT_ERROR_QUEUE_FULL,
+                               "the context already has %u jobs queued", self->max_queued);
+                  if (notify != NULL)
+                    notify (user_data);
+                  return FALSE;
+                }
+            }
+          while (!atomic_compare_exchange_weak (&self->n_queued, &n, n + 1));
         }
       flags |= WEFT_JOB_COUNTED;
     }
