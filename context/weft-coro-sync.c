@@ -447,6 +447,18 @@ weft_coro_channel_unref (WeftCoroChannel *channel)
   g_free (channel);
 }
 
+/* What is left of @timeout_ms (-1: no limit) counted from @start_us: a
+ * waiter woken in vain (another took the room or the item first) waits
+ * again only for the rest, not for a whole new timeout. */
+static gint
+left_ms (gint timeout_ms, gint64 start_us)
+{
+  if (timeout_ms < 0)
+    return -1;
+  gint64 left = start_us + (gint64) timeout_ms * 1000 - g_get_monotonic_time ();
+  return left <= 0 ? 0 : (gint) MIN ((left + 999) / 1000, (gint64) G_MAXINT);
+}
+
 /* A sender or receiver woken for room or an item (or the close) is
  * abandoned: the next one in its queue gets the wake it would have used,
  * if there is still something for it (waiters loop, so one woken in vain
@@ -484,6 +496,7 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
   g_return_val_if_fail (channel != NULL, -EINVAL);
   WeftCoro *c = current (G_STRFUNC);
   g_return_val_if_fail (c != NULL, -EINVAL);
+  gint64 start = timeout_ms > 0 ? g_get_monotonic_time () : 0;
   for (;;)
     {
       pthread_mutex_lock (&channel->lock);
@@ -506,8 +519,8 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->senders, c, timeout_ms, &w,
-                             senders_pass_on, channel);
+      gint reason = wait_in (&channel->lock, &channel->senders, c, left_ms (timeout_ms, start),
+                             &w, senders_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);
     }
@@ -533,6 +546,7 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
   g_return_val_if_fail (c != NULL, -EINVAL);
   if (item != NULL)
     *item = NULL;
+  gint64 start = timeout_ms > 0 ? g_get_monotonic_time () : 0;
   for (;;)
     {
       pthread_mutex_lock (&channel->lock);
@@ -560,8 +574,8 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->receivers, c, timeout_ms, &w,
-                             receivers_pass_on, channel);
+      gint reason = wait_in (&channel->lock, &channel->receivers, c, left_ms (timeout_ms, start),
+                             &w, receivers_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);
     }

@@ -841,6 +841,66 @@ test_channel (void)
   env_clear (&e);
 }
 
+/* A sender woken in vain (the room it was woken for taken before it ran)
+ * waits again only for what is left of its timeout: it waited a whole new
+ * timeout, so a 400 ms send timed out after 700 ms here. */
+typedef struct {
+  WeftCoroChannel *ch;
+  gint result;
+  gint64 elapsed_us;
+} VainSend;
+
+static gpointer
+vain_fill (gpointer data)
+{
+  VainSend *v = data;
+  g_assert_cmpint (weft_coro_channel_send (v->ch, GINT_TO_POINTER (1), -1), ==, 0);
+  return NULL;
+}
+
+static gpointer
+vain_sender (gpointer data)
+{
+  VainSend *v = data;
+  gint64 t0 = g_get_monotonic_time ();
+  v->result = weft_coro_channel_send (v->ch, GINT_TO_POINTER (2), 400);
+  v->elapsed_us = g_get_monotonic_time () - t0;
+  return NULL;
+}
+
+/* On the sender's context, so the sender cannot run between the two
+ * calls: the receive wakes it, the send takes the room first. */
+static gpointer
+vain_thief (gpointer data)
+{
+  VainSend *v = data;
+  weft_coro_sleep (300);
+  gpointer item = NULL;
+  g_assert_cmpint (weft_coro_channel_receive (v->ch, &item, -1), ==, 0);
+  g_assert_cmpint (weft_coro_channel_send (v->ch, GINT_TO_POINTER (3), -1), ==, 0);
+  return NULL;
+}
+
+static void
+test_channel_timeout_after_vain_wake (void)
+{
+  Env e;
+  env_init (&e, 2);
+  VainSend v = { weft_coro_channel_new (1, NULL), 0, 0 };
+  run_coro (e.ctx, vain_fill, &v);
+  WeftCoro *s = weft_coro_spawn (e.ctx, vain_sender, &v, NULL, 0);
+  WeftCoro *t = weft_coro_spawn (e.ctx, vain_thief, &v, NULL, 0);
+  WT_WAIT_UNTIL (weft_coro_is_done (s) && weft_coro_is_done (t));
+  g_assert_cmpint (v.result, ==, -ETIMEDOUT);
+  g_test_message ("send timed out after %" G_GINT64_FORMAT " ms", v.elapsed_us / 1000);
+  g_assert_cmpint (v.elapsed_us, >=, 399 * 1000);
+  g_assert_cmpint (v.elapsed_us, <, 600 * 1000);
+  weft_coro_unref (s);
+  weft_coro_unref (t);
+  weft_coro_channel_unref (v.ch);
+  env_clear (&e);
+}
+
 /* ---- locals ------------------------------------------------------------- */
 
 static atomic_int locals_freed;
@@ -1370,6 +1430,7 @@ main (int argc, char **argv)
   g_test_add_func ("/coro/write-then-read", test_write_then_read);
   g_test_add_func ("/coro/migration-errno", test_migration_errno);
   g_test_add_func ("/coro/channel", test_channel);
+  g_test_add_func ("/coro/channel-timeout-after-vain-wake", test_channel_timeout_after_vain_wake);
   g_test_add_func ("/coro/locals", test_locals);
   g_test_add_func ("/coro/destroy-with-suspended", test_destroy_with_suspended);
   g_test_add_data_func ("/coro/mutex-handed-to-abandoned-waiter",
