@@ -114,3 +114,16 @@ gboolean weft__coro_renew (WeftCoro *c);
 /* Replaces the data the coroutine's notify gets once it ends (or is
  * abandoned): for a body that moves on to other work. */
 void weft__coro_set_data (WeftCoro *c, gpointer user_data);
+
+/* What is left of @timeout_ms (-1: no limit) counted from @start_us (a
+ * g_get_monotonic_time() reading): a waiter woken in vain (another took
+ * the room, the item or the bytes first) waits again only for the rest,
+ * not for a whole new timeout. */
+static inline gint
+weft__coro_left_ms (gint timeout_ms, gint64 start_us)
+{
+  if (timeout_ms < 0)
+    return -1;
+  gint64 left = start_us + (gint64) timeout_ms * 1000 - g_get_monotonic_time ();
+  return left <= 0 ? 0 : (gint) MIN ((left + 999) / 1000, (gint64) G_MAXINT);
+}

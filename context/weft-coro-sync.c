@@ -447,18 +447,6 @@ weft_coro_channel_unref (WeftCoroChannel *channel)
   g_free (channel);
 }
 
-/* What is left of @timeout_ms (-1: no limit) counted from @start_us: a
- * waiter woken in vain (another took the room or the item first) waits
- * again only for the rest, not for a whole new timeout. */
-static gint
-left_ms (gint timeout_ms, gint64 start_us)
-{
-  if (timeout_ms < 0)
-    return -1;
-  gint64 left = start_us + (gint64) timeout_ms * 1000 - g_get_monotonic_time ();
-  return left <= 0 ? 0 : (gint) MIN ((left + 999) / 1000, (gint64) G_MAXINT);
-}
-
 /* A sender or receiver woken for room or an item (or the close) is
  * abandoned: the next one in its queue gets the wake it would have used,
  * if there is still something for it (waiters loop, so one woken in vain
@@ -483,7 +471,7 @@ receivers_pass_on (gpointer obj, WeftCoroWaiter *w)
  * weft_coro_channel_send:
  * @channel: a channel
  * @item: (transfer full) (nullable): the item
- * @timeout_ms: milliseconds to wait for room, or -1
+ * @timeout_ms: milliseconds to wait for room in all, or -1
  *
  * From a coroutine: adds @item, waiting (suspended) while the channel is
  * full. On failure the caller keeps @item.
@@ -519,7 +507,7 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->senders, c, left_ms (timeout_ms, start),
+      gint reason = wait_in (&channel->lock, &channel->senders, c, weft__coro_left_ms (timeout_ms, start),
                              &w, senders_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);
@@ -530,7 +518,7 @@ weft_coro_channel_send (WeftCoroChannel *channel, gpointer item, gint timeout_ms
  * weft_coro_channel_receive:
  * @channel: a channel
  * @item: (out) (transfer full) (optional): the item
- * @timeout_ms: milliseconds to wait for one, or -1
+ * @timeout_ms: milliseconds to wait for one in all, or -1
  *
  * From a coroutine: takes the oldest item, waiting (suspended) while the
  * channel is empty.
@@ -574,7 +562,7 @@ weft_coro_channel_receive (WeftCoroChannel *channel, gpointer *item, gint timeou
           return -EINTR;
         }
       WeftCoroWaiter w = { 0 };
-      gint reason = wait_in (&channel->lock, &channel->receivers, c, left_ms (timeout_ms, start),
+      gint reason = wait_in (&channel->lock, &channel->receivers, c, weft__coro_left_ms (timeout_ms, start),
                              &w, receivers_pass_on, channel);
       if (reason != WEFT_CORO_WAKE_EVENT)
         return weft__coro_reason_to_errno (reason);

@@ -879,9 +879,10 @@ weft_coro_wait_fd (gint fd, GIOCondition events, gint timeout_ms, GIOCondition *
  * @fd: a non-blocking file descriptor
  * @buf: (out caller-allocates) (array length=len): where to read to
  * @len: at most this many bytes
- * @timeout_ms: milliseconds to wait if nothing is there, or -1
+ * @timeout_ms: milliseconds to wait in all if nothing is there, or -1
  *
- * Reads what is there, waiting (suspended) only if nothing is.
+ * Reads what is there, waiting (suspended) only if nothing is. A wake
+ * whose bytes someone else took first does not restart the timeout.
  *
  * Returns: bytes read (0 at end of file), or a negative errno (-ETIMEDOUT,
  *   -EINTR, or the read's)
@@ -890,6 +891,7 @@ gssize
 weft_coro_read (gint fd, guint8 *buf, gsize len, gint timeout_ms)
 {
   g_return_val_if_fail (buf != NULL || len == 0, -EINVAL);
+  gint64 start = timeout_ms > 0 ? g_get_monotonic_time () : 0;
   for (;;)
     {
       ssize_t n = weft__sys_read (fd, buf, len);
@@ -900,7 +902,7 @@ weft_coro_read (gint fd, guint8 *buf, gsize len, gint timeout_ms)
         continue;
       if (e != EAGAIN && e != EWOULDBLOCK)
         return -e;
-      gint r = weft_coro_wait_fd (fd, G_IO_IN, timeout_ms, NULL);
+      gint r = weft_coro_wait_fd (fd, G_IO_IN, weft__coro_left_ms (timeout_ms, start), NULL);
       if (r < 0)
         return r;
     }
@@ -953,7 +955,7 @@ weft_coro_write_all (gint fd, const guint8 *buf, gsize len, gint timeout_ms)
 /**
  * weft_coro_accept:
  * @fd: a non-blocking listening socket
- * @timeout_ms: milliseconds, or -1
+ * @timeout_ms: milliseconds in all, or -1
  *
  * Accepts a connection, waiting (suspended) for one.
  *
@@ -963,6 +965,7 @@ weft_coro_write_all (gint fd, const guint8 *buf, gsize len, gint timeout_ms)
 gint
 weft_coro_accept (gint fd, gint timeout_ms)
 {
+  gint64 start = timeout_ms > 0 ? g_get_monotonic_time () : 0;
   for (;;)
     {
       int s = accept4 (fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -973,7 +976,7 @@ weft_coro_accept (gint fd, gint timeout_ms)
         continue;
       if (e != EAGAIN && e != EWOULDBLOCK)
         return -e;
-      gint r = weft_coro_wait_fd (fd, G_IO_IN, timeout_ms, NULL);
+      gint r = weft_coro_wait_fd (fd, G_IO_IN, weft__coro_left_ms (timeout_ms, start), NULL);
       if (r < 0)
         return r;
     }

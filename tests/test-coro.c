@@ -901,6 +901,60 @@ test_channel_timeout_after_vain_wake (void)
   env_clear (&e);
 }
 
+/* The same for weft_coro_read(): woken by bytes another coroutine takes
+ * first, it waits only for the rest of its timeout. */
+typedef struct {
+  int fds[2];
+  gssize result;
+  gint64 elapsed_us;
+} VainRead;
+
+static gpointer
+vain_reader (gpointer data)
+{
+  VainRead *v = data;
+  guint8 b;
+  gint64 t0 = g_get_monotonic_time ();
+  v->result = weft_coro_read (v->fds[0], &b, 1, 400);
+  v->elapsed_us = g_get_monotonic_time () - t0;
+  return NULL;
+}
+
+static gpointer
+vain_read_thief (gpointer data)
+{
+  VainRead *v = data;
+  weft_coro_sleep (300);
+  g_assert_cmpint (write (v->fds[1], "x", 1), ==, 1);
+  /* Holding the context: the readiness reaches the reader's wait (queued
+   * behind this coroutine) before the byte is gone. */
+  g_usleep (50 * 1000);
+  guint8 b;
+  g_assert_cmpint (read (v->fds[0], &b, 1), ==, 1);
+  return NULL;
+}
+
+static void
+test_read_timeout_after_vain_wake (void)
+{
+  Env e;
+  env_init (&e, 2);
+  VainRead v = { { -1, -1 }, 0, 0 };
+  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, v.fds), ==, 0);
+  WeftCoro *r = weft_coro_spawn (e.ctx, vain_reader, &v, NULL, 0);
+  WeftCoro *t = weft_coro_spawn (e.ctx, vain_read_thief, &v, NULL, 0);
+  WT_WAIT_UNTIL (weft_coro_is_done (r) && weft_coro_is_done (t));
+  g_assert_cmpint (v.result, ==, -ETIMEDOUT);
+  g_test_message ("read timed out after %" G_GINT64_FORMAT " ms", v.elapsed_us / 1000);
+  g_assert_cmpint (v.elapsed_us, >=, 399 * 1000);
+  g_assert_cmpint (v.elapsed_us, <, 600 * 1000);
+  weft_coro_unref (r);
+  weft_coro_unref (t);
+  close (v.fds[0]);
+  close (v.fds[1]);
+  env_clear (&e);
+}
+
 /* ---- locals ------------------------------------------------------------- */
 
 static atomic_int locals_freed;
@@ -1431,6 +1485,7 @@ main (int argc, char **argv)
   g_test_add_func ("/coro/migration-errno", test_migration_errno);
   g_test_add_func ("/coro/channel", test_channel);
   g_test_add_func ("/coro/channel-timeout-after-vain-wake", test_channel_timeout_after_vain_wake);
+  g_test_add_func ("/coro/read-timeout-after-vain-wake", test_read_timeout_after_vain_wake);
   g_test_add_func ("/coro/locals", test_locals);
   g_test_add_func ("/coro/destroy-with-suspended", test_destroy_with_suspended);
   g_test_add_data_func ("/coro/mutex-handed-to-abandoned-waiter",
