@@ -28,8 +28,15 @@ struct _WeftHttpAccessLog {
   pthread_cond_t cond;  /* on CLOCK_MONOTONIC */
   GString *buf;    /* HOLDS: lock */
   gboolean quit;   /* HOLDS: lock */
+  gboolean done;   /* HOLDS: lock; the thread wrote its last line */
+  gboolean orphan; /* HOLDS: lock; freed by the thread when it is done */
   guint64 dropped; /* HOLDS: lock */
 };
+
+/* How long freeing the log waits for its last lines to be written. */
+#define FREE_WAIT_US (2 * G_USEC_PER_SEC)
+
+static void log_destroy (WeftHttpAccessLog *log);
 
 static void
 write_all (int fd, const char *p, gsize n)
@@ -77,8 +84,13 @@ log_thread (gpointer data)
       if (quit && log->buf->len == 0)
         break;
     }
+  log->done = TRUE;
+  gboolean orphan = log->orphan;
+  pthread_cond_broadcast (&log->cond);
   pthread_mutex_unlock (&log->lock);
   g_string_free (out, TRUE);
+  if (orphan)
+    log_destroy (log);
   return NULL;
 }
 
@@ -98,14 +110,37 @@ weft_http_access_log_new (int fd)
   return log;
 }
 
+/* Freeing waits for the last lines, but not for ever: a write blocked
+ * on a pipe nobody reads (a log on standard error, piped) held the
+ * server's unref, so a shutdown never ended. Then the thread, once its
+ * write returns, frees the log itself. */
 void
 weft_http_access_log_free (WeftHttpAccessLog *log)
 {
   pthread_mutex_lock (&log->lock);
   log->quit = TRUE;
-  pthread_cond_signal (&log->cond);
+  pthread_cond_broadcast (&log->cond);
+  gint64 end = g_get_monotonic_time () + FREE_WAIT_US;
+  while (!log->done && g_get_monotonic_time () < end)
+    {
+      struct timespec ts = { end / G_USEC_PER_SEC, (end % G_USEC_PER_SEC) * 1000 };
+      pthread_cond_timedwait (&log->cond, &log->lock, &ts);
+    }
+  if (!log->done)
+    {
+      log->orphan = TRUE;
+      pthread_mutex_unlock (&log->lock);
+      g_thread_unref (log->thread);
+      return;
+    }
   pthread_mutex_unlock (&log->lock);
   g_thread_join (log->thread);
+  log_destroy (log);
+}
+
+static void
+log_destroy (WeftHttpAccessLog *log)
+{
   if (log->dropped > 0)
     {
       char line[96];

@@ -1753,6 +1753,81 @@ test_silent_connection (void)
 }
 
 /* The access log has a line per answer, written by its own thread. */
+/* A log whose writer is blocked (a pipe nobody reads, as a piped
+ * standard error can be) does not hold the server's end: the unref
+ * waited for the log thread's write for ever. Run in a subprocess, so
+ * the old hang fails the test instead of stalling the suite. */
+static void
+blocked_log_child (void)
+{
+  GError *error = NULL;
+  gchar *dir = g_dir_make_tmp ("weft-fifo-XXXXXX", &error);
+  g_assert_no_error (error);
+  gchar *path = g_build_filename (dir, "log.fifo", NULL);
+  g_assert_cmpint (mkfifo (path, 0600), ==, 0);
+  int rd = open (path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* read only at the end */
+  g_assert_cmpint (rd, >=, 0);
+  WeftEngine *engine = wt_engine_new (2);
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_add_handler (server, "GET", "/", hello, NULL, NULL);
+  g_assert_true (weft_http_server_set_access_log (server, path, &error));
+  WeftListener *l = weft_http_server_get_listener (server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (server, &error));
+  g_assert_no_error (error);
+  /* About 4 KB a line: 48 lines fill the pipe (64 KiB) and block it. */
+  GString *target = g_string_new ("/?");
+  while (target->len < 4000)
+    g_string_append (target, "aaaaaaaaaa");
+  for (guint i = 0; i < 48; i++)
+    {
+      gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                                    target->str);
+      g_free (exchange_to_close (port, req));
+      g_free (req);
+    }
+  g_usleep (300 * 1000); /* the log thread's flush: now blocked */
+  gint64 t0 = g_get_monotonic_time ();
+  weft_http_server_unref (server);
+  weft_engine_unref (engine);
+  gint64 took = g_get_monotonic_time () - t0;
+  g_test_message ("unref took %" G_GINT64_FORMAT " ms", took / 1000);
+  g_assert_cmpint (took, <, 5 * G_USEC_PER_SEC);
+  /* Drain: the thread finishes its write, frees the log, and the close of
+   * its end is our end of file. */
+  gint64 end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  for (;;)
+    {
+      char buf[65536];
+      ssize_t n = read (rd, buf, sizeof buf);
+      if (n == 0)
+        break;
+      g_assert_true (n > 0 || errno == EAGAIN);
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      if (n < 0)
+        g_usleep (10 * 1000);
+    }
+  close (rd);
+  g_unlink (path);
+  g_rmdir (dir);
+  g_string_free (target, TRUE);
+  g_free (path);
+  g_free (dir);
+}
+
+static void
+test_blocked_access_log (void)
+{
+  if (g_test_subprocess ())
+    {
+      blocked_log_child ();
+      return;
+    }
+  g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+  g_test_trap_assert_passed ();
+}
+
 static void
 test_access_log (void)
 {
@@ -2239,6 +2314,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/keepalive-timeout-amid-churn",
                    test_keepalive_timeout_amid_churn);
   g_test_add_func ("/http-server/access-log", test_access_log);
+  g_test_add_func ("/http-server/blocked-access-log", test_blocked_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
   g_test_add_func ("/http-server/coroutine-stream-body", test_coroutine_stream_body);
