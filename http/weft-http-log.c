@@ -246,7 +246,10 @@ weft_http_access_log_add (WeftHttpAccessLog *log, WeftHttpRequest *req)
  * Logs every answered request, one line each in the Combined Log Format
  * followed by the time from the request's head to its answer in
  * microseconds. Lines are written by a thread of the log's own, so
- * serving never waits on the disk.
+ * serving never waits on the disk. When the server is freed, the lines
+ * not yet written are waited for at most 2 s; a log that takes none in
+ * that time (a pipe nobody reads) is left to that thread, which writes
+ * them and closes the file once the log takes them.
  *
  * Returns: %TRUE on success; %FALSE if the file cannot be opened
  */
