@@ -407,7 +407,11 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   if (req->resp_fd >= 0)
     len = (gsize) req->resp_len;
   req->status = status;
-  gboolean no_body = req->is_head || status == 204 || status == 304;
+  /* RFC 9110 §15.3.6: no content in a 205, delimited as empty. */
+  gboolean reset = status == 205;
+  if (reset)
+    len = 0;
+  gboolean no_body = req->is_head || status == 204 || status == 304 || reset;
   /* During a shutdown the connection's last answer is marked so when it
    * goes out (see drain_stop()); so is one whose streamed body is left
    * unread (see weft_http_flush_ready()). */
@@ -415,7 +419,7 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   if (req->streaming)
     {
       req->no_body_out = no_body;
-      req->chunked_out = req->minor >= 1;
+      req->chunked_out = req->minor >= 1 && !reset;
       if (!req->chunked_out && !no_body)
         last = TRUE; /* HTTP/1.0: the close delimits the body */
     }
@@ -475,7 +479,7 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   /* Every answer is delimited; 204 and 304 carry no length. */
   if (status == 204 || status == 304)
     ;
-  else if (req->streaming)
+  else if (req->streaming && !reset)
     {
       if (req->chunked_out)
         p = PUT_LIT (p, "Transfer-Encoding: chunked\r\n");
@@ -903,10 +907,22 @@ weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
   g_string_append_printf (self->extra, "%s: %s\r\n", name, value);
 }
 
+/* A final status, or 500 with a critical warning: refusing the answer
+ * left its client waiting until a timeout. */
+static guint
+final_status (guint status, const char *func)
+{
+  if (G_LIKELY (status >= 200 && status <= 599))
+    return status;
+  g_critical ("%s: %u is not a final status (200 to 599); answered 500", func, status);
+  return 500;
+}
+
 /**
  * weft_http_request_respond:
  * @self: a request not answered yet
- * @status: the status code (200 to 599)
+ * @status: the status code (200 to 599; another is a programmer error,
+ *   answered 500)
  * @content_type: (nullable): the Content-Type, or %NULL
  * @body: (array length=len) (nullable): the body (copied)
  * @len: its length
@@ -919,7 +935,7 @@ weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *con
                            const guint8 *body, gsize len)
 {
   g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
+  status = final_status (status, G_STRFUNC);
   g_return_if_fail (body != NULL || len == 0);
   if (!claim (self, G_STRFUNC))
     return;
@@ -930,7 +946,8 @@ weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *con
 /**
  * weft_http_request_respond_bytes:
  * @self: a request not answered yet
- * @status: the status code (200 to 599)
+ * @status: the status code (200 to 599; another is a programmer error,
+ *   answered 500)
  * @content_type: (nullable): the Content-Type, or %NULL
  * @body: the body, referenced (large bodies are not copied)
  *
@@ -941,7 +958,7 @@ weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gcha
                                  GBytes *body)
 {
   g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
+  status = final_status (status, G_STRFUNC);
   g_return_if_fail (body != NULL);
   if (!claim (self, G_STRFUNC))
     return;
@@ -952,7 +969,8 @@ weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gcha
 /**
  * weft_http_request_respond_file:
  * @self: a request not answered yet
- * @status: the status code (200 to 599)
+ * @status: the status code (200 to 599; another is a programmer error,
+ *   answered 500)
  * @content_type: (nullable): the Content-Type, or %NULL
  * @fd: a regular file open for reading; the request owns it from now on
  *   and closes it
@@ -967,7 +985,7 @@ weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar
                                 gint fd, guint64 offset, guint64 length)
 {
   g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
+  status = final_status (status, G_STRFUNC);
   g_return_if_fail (fd >= 0);
   if (!claim (self, G_STRFUNC))
     {
@@ -1028,7 +1046,8 @@ producer_job (gpointer data)
 /**
  * weft_http_request_respond_stream:
  * @self: a request not answered yet
- * @status: the status code (200 to 599)
+ * @status: the status code (200 to 599; another is a programmer error,
+ *   answered 500)
  * @content_type: (nullable): the Content-Type, or %NULL (for server-sent
  *   events, "text/event-stream")
  * @producer: (scope notified) (closure user_data) (destroy notify) (nullable):
@@ -1053,7 +1072,7 @@ weft_http_request_respond_stream (WeftHttpRequest *self, guint status, const gch
                                   GDestroyNotify notify)
 {
   g_return_if_fail (self != NULL);
-  g_return_if_fail (status >= 200 && status <= 599);
+  status = final_status (status, G_STRFUNC);
   if (!claim (self, G_STRFUNC))
     {
       if (notify != NULL)

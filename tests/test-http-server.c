@@ -952,6 +952,78 @@ test_no_framing_override (void)
   srv_stop (&s);
 }
 
+/* ---- /http-server/odd-statuses ------------------------------------------ */
+
+/* /s/N answers status N with a body, whole or as a stream (/t/N). */
+static void
+any_status (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  guint status = (guint) g_ascii_strtoull (weft_http_request_get_param (request, "n"), NULL, 10);
+  if (user_data != NULL)
+    {
+      weft_http_request_respond_stream (request, status, "text/plain", NULL, NULL, NULL);
+      weft_http_request_write (request, (const guint8 *) "body", 4);
+      weft_http_request_finish (request);
+    }
+  else
+    weft_http_request_respond (request, status, "text/plain", (const guint8 *) "body", 4);
+}
+
+static void
+add_any_status (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "GET", "/s/{n}", any_status, NULL, NULL);
+  weft_http_server_add_handler (server, "GET", "/t/{n}", any_status, GINT_TO_POINTER (1), NULL);
+}
+
+/* A status that is no final one (a programmer error: a critical) is
+ * answered 500 instead of leaving the client waiting for a timeout; a 205
+ * carries no content (RFC 9110 §15.3.6) and says so with a zero length,
+ * whole or streamed, and the connection goes on. */
+static void
+test_odd_statuses (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+  g_log_set_always_fatal (G_LOG_FATAL_MASK);
+  g_log_set_default_handler (count_criticals, NULL);
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_any_status);
+  static const char *const bad[] = { "/s/99", "/s/600", "/s/0", "/t/1000" };
+  for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
+    {
+      gchar *req = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                                    bad[i]);
+      gchar *got = exchange_to_close (s.port, req);
+      if (!g_str_has_prefix (got, "HTTP/1.1 500 Internal Server Error\r\n"))
+        g_error ("%s: expected a 500, got:\n%s", bad[i], got);
+      g_free (got);
+      g_free (req);
+    }
+  g_assert_cmpint (atomic_load (&injection_criticals), ==, G_N_ELEMENTS (bad));
+  /* Two 205s on one connection, then a request that must still be
+   * answered: each 205 is delimited by its zero length. */
+  gchar *got = exchange_to_close (s.port, "GET /s/205 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /t/205 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                          "GET /s/200 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  const char *a = strstr (got, "HTTP/1.1 205 Reset Content\r\n");
+  const char *b = a != NULL ? strstr (a + 1, "HTTP/1.1 205 Reset Content\r\n") : NULL;
+  const char *c = b != NULL ? strstr (b + 1, "HTTP/1.1 200 OK\r\n") : NULL;
+  gchar *lower = g_ascii_strdown (got, -1);
+  if (a != got || b == NULL || c == NULL || strstr (lower, "transfer-encoding") != NULL ||
+      !g_str_has_suffix (got, "\r\n\r\nbody") || strstr (got, "body") != got + strlen (got) - 4 ||
+      strstr (a, "\r\nContent-Length: 0\r\n") == NULL ||
+      strstr (b, "\r\nContent-Length: 0\r\n") == NULL)
+    g_error ("205 answers:\n%s", got);
+  g_free (lower);
+  g_free (got);
+  srv_stop (&s);
+}
+
 /* ---- /http-server/bad-handler-methods ---------------------------------- */
 
 /* Routes for methods the server never dispatches (empty, with CR LF, in
@@ -2292,6 +2364,7 @@ main (int argc, char **argv)
                    test_expect_continue_stream_body_asked_late);
   g_test_add_func ("/http-server/no-header-injection", test_no_header_injection);
   g_test_add_func ("/http-server/no-framing-override", test_no_framing_override);
+  g_test_add_func ("/http-server/odd-statuses", test_odd_statuses);
   g_test_add_func ("/http-server/bad-handler-methods", test_bad_handler_methods);
   g_test_add_func ("/http-server/forced-close-keeps-headers", test_forced_close_keeps_headers);
   g_test_add_func ("/http-server/http10", test_http10);
