@@ -128,9 +128,11 @@ weft_http_access_log_free (WeftHttpAccessLog *log)
     }
   if (!log->done)
     {
+      /* (The thread may free the log as soon as the lock is let go.) */
+      GThread *thread = log->thread;
       log->orphan = TRUE;
       pthread_mutex_unlock (&log->lock);
-      g_thread_unref (log->thread);
+      g_thread_unref (thread);
       return;
     }
   pthread_mutex_unlock (&log->lock);
