@@ -5,7 +5,9 @@ the status page with http.client, the first server-sent event of
 /_weft/events with a raw socket, then stops it with SIGTERM; it must exit
 0 within 10 s. A second instance runs with --header-timeout-ms and
 --keepalive-timeout-ms: a stalled head gets a 408, an idle keep-alive
-connection is closed, each no sooner than its flag says."""
+connection is closed, each no sooner than its flag says. Last, usage
+errors (a stray argument, --workers 4097, a negative timeout, --cert
+without --key) exit 2 with a message and never serve."""
 import http.client, json, re, signal, socket, subprocess, sys, time
 
 httpd, docs = sys.argv[1], sys.argv[2]
@@ -83,7 +85,19 @@ try:
     assert waited >= 0.5, waited
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=2) == 0, p.returncode
-    print('ok')
 finally:
     if p.poll() is None:
         p.kill()
+
+# Usage errors exit 2 with a message, before serving anything: a stray
+# argument (the directory belongs to --root: "weft-httpd DIR" must not
+# serve docs/ instead), more workers than weft_engine_new() takes (not a
+# GLib critical), a negative timeout (not quietly the default).
+for args in ([docs], ['--workers', '4097'], ['--header-timeout-ms', '-5'],
+             ['--keepalive-timeout-ms', '-1'], ['--cert', docs]):
+    p = subprocess.run([httpd, '--listen', '127.0.0.1:0', '--root', docs] + args,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10)
+    assert p.returncode == 2, (args, p.returncode, p.stdout, p.stderr)
+    assert 'serving' not in p.stdout and 'CRITICAL' not in p.stderr, (args, p.stdout, p.stderr)
+    assert p.stderr.startswith('weft-httpd: '), (args, p.stderr)
+print('ok')

@@ -238,7 +238,8 @@ main (int argc, char **argv)
 {
   gchar *listen = NULL, *root = NULL, *cert = NULL, *key = NULL;
   gchar *access_log = NULL, *user = NULL, *group = NULL;
-  gint workers = 0, max_conns = 0, header_timeout = -1, keepalive = -1;
+  /* G_MININT: the timeout flags not given (the library's default). */
+  gint workers = 0, max_conns = 0, header_timeout = G_MININT, keepalive = G_MININT;
   gint64 max_body = 0;
   GOptionEntry entries[] = {
     { "listen", 'l', 0, G_OPTION_ARG_STRING, &listen,
@@ -279,9 +280,27 @@ main (int argc, char **argv)
       ret = 2;
       goto out;
     }
-  if ((cert == NULL) != (key == NULL) || workers < 0 || max_conns < 0 || max_body < 0)
+  if (argc > 1)
     {
-      g_printerr ("weft-httpd: --cert and --key go together; counts must not be negative\n");
+      /* Not a directory to serve: that is --root, and "weft-httpd DIR"
+       * must not quietly serve docs/ instead. */
+      g_printerr ("weft-httpd: unexpected argument %s (the directory to serve is --root DIR)\n",
+                  argv[1]);
+      ret = 2;
+      goto out;
+    }
+  if ((cert == NULL) != (key == NULL))
+    {
+      g_printerr ("weft-httpd: --cert and --key go together\n");
+      ret = 2;
+      goto out;
+    }
+  /* 4096: the most weft_engine_new() takes. */
+  if (workers < 0 || workers > 4096 || max_conns < 0 || max_body < 0 ||
+      (header_timeout < 0 && header_timeout != G_MININT) || (keepalive < 0 && keepalive != G_MININT))
+    {
+      g_printerr ("weft-httpd: --workers takes 0 to 4096; counts, sizes and timeouts must not be "
+                  "negative\n");
       ret = 2;
       goto out;
     }
@@ -317,9 +336,9 @@ main (int argc, char **argv)
     weft_http_server_set_max_body (server, (guint64) max_body);
   if (max_conns > 0)
     weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_CONNECTIONS, (guint64) max_conns);
-  if (header_timeout >= 0)
+  if (header_timeout != G_MININT)
     weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_HEADER_TIMEOUT_MS, (guint64) header_timeout);
-  if (keepalive >= 0)
+  if (keepalive != G_MININT)
     weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS, (guint64) keepalive);
   if (access_log != NULL && !weft_http_server_set_access_log (server, access_log, &error))
     goto out;
