@@ -847,7 +847,8 @@ weft_listener_add_address (WeftListener *self, const gchar *address, GError **er
   const char *colon = strrchr (address, ':');
   gchar *end = NULL;
   guint64 port = colon != NULL ? g_ascii_strtoull (colon + 1, &end, 10) : 0;
-  if (colon == NULL || end == colon + 1 || *end != '\0' || port > 65535)
+  /* Digits only: strtoull alone would take " 80", "+80" and "-0". */
+  if (colon == NULL || !g_ascii_isdigit (colon[1]) || *end != '\0' || port > 65535)
     {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
                    "not an address (host:port or unix:/path): %s", address);

@@ -149,7 +149,8 @@ test_ipv6 (void)
   close (fd);
 
   /* Malformed forms are refused with INVALID_ARGUMENT. */
-  const char *bad[] = { "::1:80", "[::1:80", "127.0.0.1", "127.0.0.1:99999", "host:" };
+  const char *bad[] = { "::1:80", "[::1:80", "127.0.0.1", "127.0.0.1:99999", "host:",
+                        "127.0.0.1: 80", "127.0.0.1:+80", "127.0.0.1:-0" };
   for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
     {
       g_assert_false (weft_listener_add_address (l, bad[i], &error));
