@@ -8,7 +8,7 @@ the status page with http.client, the first server-sent event of
 connection is closed, each no sooner than its flag says. Last, usage
 errors (a stray argument, --workers 4097, a negative timeout, --cert
 without --key) exit 2 with a message and never serve."""
-import http.client, json, re, signal, socket, subprocess, sys, time
+import http.client, json, os, re, signal, socket, subprocess, sys, tempfile, time
 
 httpd, docs = sys.argv[1], sys.argv[2]
 p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '2'],
@@ -100,4 +100,44 @@ for args in ([docs], ['--workers', '4097'], ['--header-timeout-ms', '-5'],
     assert p.returncode == 2, (args, p.returncode, p.stdout, p.stderr)
     assert 'serving' not in p.stdout and 'CRITICAL' not in p.stderr, (args, p.stdout, p.stderr)
     assert p.stderr.startswith('weft-httpd: '), (args, p.stderr)
+
+# A second SIGINT during the drain cuts it short (an event stream would
+# hold it for its 5 s), and SIGHUP stops as SIGTERM does: exit 0, the
+# unix: socket removed (the default action killed it and left the file,
+# so the next start failed with "File exists").
+p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '1'],
+                     stdout=subprocess.PIPE, text=True)
+try:
+    port = int(re.search(r'port (\d+)', p.stdout.readline()).group(1))
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    s.sendall(b'GET /_weft/events HTTP/1.1\r\nHost: a\r\n\r\n')
+    assert s.recv(4096).startswith(b'HTTP/1.1 200 ')
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert p.poll() is None  # draining: the stream is still open
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=10) == 0, p.returncode
+    assert time.monotonic() - t < 2, time.monotonic() - t
+    assert 'second signal' in p.stdout.read()
+    s.close()
+finally:
+    if p.poll() is None:
+        p.kill()
+sock_dir = tempfile.mkdtemp()
+sock_path = os.path.join(sock_dir, 'httpd.sock')
+p = subprocess.Popen([httpd, '--listen', 'unix:' + sock_path, '--root', docs, '--workers', '1'],
+                     stdout=subprocess.PIPE, text=True)
+try:
+    assert 'serving' in p.stdout.readline()
+    assert os.path.exists(sock_path)
+    p.send_signal(signal.SIGHUP)
+    assert p.wait(timeout=10) == 0, p.returncode
+    assert not os.path.exists(sock_path)
+finally:
+    if p.poll() is None:
+        p.kill()
+    if os.path.exists(sock_path):
+        os.unlink(sock_path)
+    os.rmdir(sock_dir)
 print('ok')

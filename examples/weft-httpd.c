@@ -13,8 +13,9 @@
  * step that fails exits 1. GET /_weft/status answers
  * the engine's and the server's counters as JSON (weft_http_server_get_
  * status_json()); GET /_weft/events streams them once a second as
- * server-sent events. SIGINT or SIGTERM stops
- * accepting, lets requests in flight finish (5 s at most) and exits 0.
+ * server-sent events. SIGINT, SIGTERM or SIGHUP stops accepting, lets
+ * requests in flight finish (5 s at most) and exits 0; a second one
+ * during those 5 s cuts them off at once.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -22,6 +23,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
@@ -319,6 +321,7 @@ main (int argc, char **argv)
   sigemptyset (&set);
   sigaddset (&set, SIGINT);
   sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGHUP); /* a closed terminal: stop as cleanly (a unix: socket is removed) */
   pthread_sigmask (SIG_BLOCK, &set, NULL);
   signal (SIGPIPE, SIG_IGN);
   if (pipe (done_pipe) != 0)
@@ -369,10 +372,27 @@ main (int argc, char **argv)
   int sig = 0;
   sigwait (&set, &sig);
   weft_http_server_shutdown (server, 5000, on_drained, NULL, NULL);
-  char c = 0;
-  if (read (done_pipe[0], &c, 1) != 1)
-    c = '?';
-  printf ("weft-httpd: stopped (%s)\n", c == 'y' ? "all requests finished" : "some cut off");
+  /* Until the drain ends, or a second signal says not to wait for it. */
+  char c = '?';
+  for (;;)
+    {
+      struct pollfd pfd = { done_pipe[0], POLLIN, 0 };
+      if (poll (&pfd, 1, 50) > 0)
+        {
+          if (read (done_pipe[0], &c, 1) != 1)
+            c = '?';
+          break;
+        }
+      struct timespec now = { 0, 0 };
+      if (sigtimedwait (&set, NULL, &now) > 0)
+        {
+          c = 's';
+          break;
+        }
+    }
+  printf ("weft-httpd: stopped (%s)\n", c == 'y'   ? "all requests finished"
+                                       : c == 's' ? "cut off by a second signal"
+                                                  : "some cut off");
   ret = 0;
 
 out:
