@@ -1142,6 +1142,14 @@ drain_stop (HttpConn *hc)
     close_lingering (hc);
 }
 
+/* The newest request is whole and its client asked for the close: what
+ * the client sends after it is not processed (RFC 9112 §9.6). */
+static inline gboolean
+after_client_close (HttpConn *hc)
+{
+  return hc->pending_tail != NULL && hc->pending_tail->client_close;
+}
+
 /* More input came after a whole request whose client asked for the
  * close: read no more; the close lingers (drops that input) after the
  * answers due. */
@@ -1212,7 +1220,7 @@ batch_next (HttpConn *hc, HttpBatch *b)
   /* on_data()'s reasons to stop, or to take more care (the drain). */
   if (b->consumed >= b->len || hc->closing || hc->closed || hc->reading != NULL ||
       hc->draining || weft_connection_is_write_blocked (hc->conn) ||
-      (hc->pending_tail != NULL && hc->pending_tail->client_close) ||
+      after_client_close (hc) ||
       hc->n_pending >= server->limit[WEFT_HTTP_LIMIT_MAX_PIPELINE])
     return NULL;
   WeftHttpHead head;
@@ -1300,12 +1308,11 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
         }
       if (hc->drain_taken)
         break; /* draining, and the last request is in: the rest is refused */
-      if (hc->pending_tail != NULL && hc->pending_tail->client_close)
+      if (after_client_close (hc))
         {
-          /* Its client asked for the close, and it is whole: what it sent
-           * after is not processed (RFC 9112 §9.6), only dropped by the
-           * lingering close once that request is answered (its handler
-           * may answer later). */
+          /* What it sent after is only dropped, by the lingering close
+           * once that request is answered (its handler may answer
+           * later). */
           close_after_client_close (hc);
           break;
         }

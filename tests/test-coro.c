@@ -843,7 +843,7 @@ test_channel (void)
 
 /* A sender woken in vain (the room it was woken for taken before it ran)
  * waits again only for what is left of its timeout: it waited a whole new
- * timeout, so a 400 ms send timed out after 700 ms here. */
+ * timeout, so a 400 ms send timed out after 700 ms. */
 typedef struct {
   WeftCoroChannel *ch;
   gint result;
@@ -881,6 +881,31 @@ vain_thief (gpointer data)
   return NULL;
 }
 
+/* Runs the waiter and the thief on @ctx (one context: they take turns)
+ * until both are done. */
+static void
+run_waiter_and_thief (WeftContext *ctx, WeftCoroFunc waiter, WeftCoroFunc thief, gpointer data)
+{
+  WeftCoro *w = weft_coro_spawn (ctx, waiter, data, NULL, 0);
+  WeftCoro *t = weft_coro_spawn (ctx, thief, data, NULL, 0);
+  WT_WAIT_UNTIL (weft_coro_is_done (w) && weft_coro_is_done (t));
+  weft_coro_unref (w);
+  weft_coro_unref (t);
+}
+
+/* A 400 ms wait woken in vain at 300 ms: it times out after its 400 ms,
+ * and before 700 ms, the least a timeout started again at the wake takes
+ * (so the bound tells the two apart whatever the machine's speed, with
+ * 300 ms to spare). */
+static void
+assert_timed_out_once (gssize result, gint64 elapsed_us)
+{
+  g_assert_cmpint (result, ==, -ETIMEDOUT);
+  g_test_message ("timed out after %" G_GINT64_FORMAT " ms", elapsed_us / 1000);
+  g_assert_cmpint (elapsed_us, >=, 399 * 1000);
+  g_assert_cmpint (elapsed_us, <, 700 * 1000);
+}
+
 static void
 test_channel_timeout_after_vain_wake (void)
 {
@@ -888,15 +913,8 @@ test_channel_timeout_after_vain_wake (void)
   env_init (&e, 2);
   VainSend v = { weft_coro_channel_new (1, NULL), 0, 0 };
   run_coro (e.ctx, vain_fill, &v);
-  WeftCoro *s = weft_coro_spawn (e.ctx, vain_sender, &v, NULL, 0);
-  WeftCoro *t = weft_coro_spawn (e.ctx, vain_thief, &v, NULL, 0);
-  WT_WAIT_UNTIL (weft_coro_is_done (s) && weft_coro_is_done (t));
-  g_assert_cmpint (v.result, ==, -ETIMEDOUT);
-  g_test_message ("send timed out after %" G_GINT64_FORMAT " ms", v.elapsed_us / 1000);
-  g_assert_cmpint (v.elapsed_us, >=, 399 * 1000);
-  g_assert_cmpint (v.elapsed_us, <, 600 * 1000);
-  weft_coro_unref (s);
-  weft_coro_unref (t);
+  run_waiter_and_thief (e.ctx, vain_sender, vain_thief, &v);
+  assert_timed_out_once (v.result, v.elapsed_us);
   weft_coro_channel_unref (v.ch);
   env_clear (&e);
 }
@@ -941,15 +959,8 @@ test_read_timeout_after_vain_wake (void)
   env_init (&e, 2);
   VainRead v = { { -1, -1 }, 0, 0 };
   g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, v.fds), ==, 0);
-  WeftCoro *r = weft_coro_spawn (e.ctx, vain_reader, &v, NULL, 0);
-  WeftCoro *t = weft_coro_spawn (e.ctx, vain_read_thief, &v, NULL, 0);
-  WT_WAIT_UNTIL (weft_coro_is_done (r) && weft_coro_is_done (t));
-  g_assert_cmpint (v.result, ==, -ETIMEDOUT);
-  g_test_message ("read timed out after %" G_GINT64_FORMAT " ms", v.elapsed_us / 1000);
-  g_assert_cmpint (v.elapsed_us, >=, 399 * 1000);
-  g_assert_cmpint (v.elapsed_us, <, 600 * 1000);
-  weft_coro_unref (r);
-  weft_coro_unref (t);
+  run_waiter_and_thief (e.ctx, vain_reader, vain_read_thief, &v);
+  assert_timed_out_once (v.result, v.elapsed_us);
   close (v.fds[0]);
   close (v.fds[1]);
   env_clear (&e);

@@ -844,6 +844,24 @@ count_criticals (const gchar *domain, GLogLevelFlags level, const gchar *message
     atomic_fetch_add (&injection_criticals, 1);
 }
 
+/* For a test whose handlers provoke criticals: in the parent, runs the
+ * test in a subprocess and asserts it passed (FALSE: nothing more to
+ * do); in the subprocess, makes criticals counted in injection_criticals
+ * instead of fatal and returns TRUE. */
+static gboolean
+in_counting_subprocess (void)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return FALSE;
+    }
+  g_log_set_always_fatal (G_LOG_FATAL_MASK);
+  g_log_set_default_handler (count_criticals, NULL);
+  return TRUE;
+}
+
 /* A handler passing text from a client into the answer's head. */
 static void
 injecting (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
@@ -868,15 +886,8 @@ add_injecting (WeftHttpServer *server)
 static void
 test_no_header_injection (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-  /* In a subprocess: the refusals' criticals are counted, not fatal. */
-  g_log_set_always_fatal (G_LOG_FATAL_MASK);
-  g_log_set_default_handler (count_criticals, NULL);
+  if (!in_counting_subprocess ())
+    return;
   Srv s;
   srv_start_cfg (&s, 0, 0, add_injecting);
   gchar *got = exchange_to_close (s.port, "GET /inject HTTP/1.1\r\nHost: a\r\n"
@@ -922,14 +933,8 @@ add_overriding (WeftHttpServer *server)
 static void
 test_no_framing_override (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-  g_log_set_always_fatal (G_LOG_FATAL_MASK);
-  g_log_set_default_handler (count_criticals, NULL);
+  if (!in_counting_subprocess ())
+    return;
   Srv s;
   srv_start_cfg (&s, 0, 0, add_overriding);
   gchar *got = exchange_to_close (s.port, "GET /override HTTP/1.1\r\nHost: a\r\n"
@@ -983,14 +988,8 @@ add_any_status (WeftHttpServer *server)
 static void
 test_odd_statuses (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-  g_log_set_always_fatal (G_LOG_FATAL_MASK);
-  g_log_set_default_handler (count_criticals, NULL);
+  if (!in_counting_subprocess ())
+    return;
   Srv s;
   srv_start_cfg (&s, 0, 0, add_any_status);
   static const char *const bad[] = { "/s/99", "/s/600", "/s/0", "/t/1000" };
@@ -1044,14 +1043,8 @@ add_bad_methods (WeftHttpServer *server)
 static void
 test_bad_handler_methods (void)
 {
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-  g_log_set_always_fatal (G_LOG_FATAL_MASK);
-  g_log_set_default_handler (count_criticals, NULL);
+  if (!in_counting_subprocess ())
+    return;
   Srv s;
   srv_start_cfg (&s, 0, 0, add_bad_methods);
   g_assert_cmpint (atomic_load (&injection_criticals), ==, 3);

@@ -923,22 +923,30 @@ test_stream_cut_by_bad_body (void)
  * connection's last: its head says so (else the client may send its next
  * request into the close). */
 static void
-test_answered_then_bad_body (void)
+expect_answer_then_close (const char *path)
 {
   Srv s;
   srv_start (&s);
   int fd = wt_connect_tcp (s.port);
-  wt_send_str (fd, "POST /pre HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-                   "3\r\nabc\r\nZZ\r\n");
+  gchar *req = g_strdup_printf ("POST %s HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "3\r\nabc\r\nZZ\r\n", path);
+  wt_send_str (fd, req);
+  g_free (req);
   GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
   g_byte_array_append (got, (const guint8 *) "", 1);
   const char *text = (const char *) got->data;
   if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || strstr (text, "\r\nConnection: close\r\n") == NULL ||
       !g_str_has_suffix (text, "\r\n\r\npre\n"))
-    g_error ("answer before a malformed body:\n%s", text);
+    g_error ("%s: answer before a malformed body:\n%s", path, text);
   g_byte_array_unref (got);
   close (fd);
   srv_stop (&s);
+}
+
+static void
+test_answered_then_bad_body (void)
+{
+  expect_answer_then_close ("/pre");
 }
 
 /* The same when the answer, made on another thread, is on its way to the
@@ -951,20 +959,7 @@ test_answered_then_bad_body (void)
 static void
 test_answered_elsewhere_then_bad_body (void)
 {
-  Srv s;
-  srv_start (&s);
-  int fd = wt_connect_tcp (s.port);
-  wt_send_str (fd, "POST /pre-thread HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-                   "3\r\nabc\r\nZZ\r\n");
-  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
-  g_byte_array_append (got, (const guint8 *) "", 1);
-  const char *text = (const char *) got->data;
-  if (!g_str_has_prefix (text, "HTTP/1.1 200 ") || strstr (text, "\r\nConnection: close\r\n") == NULL ||
-      !g_str_has_suffix (text, "\r\n\r\npre\n"))
-    g_error ("answer from another thread before a malformed body:\n%s", text);
-  g_byte_array_unref (got);
-  close (fd);
-  srv_stop (&s);
+  expect_answer_then_close ("/pre-thread");
 }
 
 /* Full duplex: the echo of the first part arrives before the client sends
