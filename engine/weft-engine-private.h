@@ -15,9 +15,6 @@
 
 G_BEGIN_DECLS
 
-/* The library's thread-locals are few and small (about 300 bytes, most
- * of it the request spares): initial-exec keeps their access a single
- * %fs-relative load instead of a __tls_get_addr call. */
 /* An internal interest bit beside GIOCondition's: the peer shut down its
  * sending side (EPOLLRDHUP alone, without EPOLLIN), reported as G_IO_IN. */
 #define WEFT__IO_RDHUP ((GIOCondition) (1 << 8))
@@ -27,6 +24,9 @@ G_BEGIN_DECLS
  * readiness; interest changes still take one. */
 #define WEFT__IO_EDGE ((GIOCondition) (1 << 9))
 
+/* The library's thread-locals are few and small (about 300 bytes, most
+ * of it the request spares): initial-exec keeps their access a single
+ * %fs-relative load instead of a __tls_get_addr call. */
 #define WEFT_TLS_IE __attribute__ ((tls_model ("initial-exec")))
 
 /* ---- jobs ------------------------------------------------------------ */
@@ -127,7 +127,6 @@ weft__cache_alloc (WeftCacheKind kind)
 typedef enum {
   WEFT_SPARE_HTTP_REQUEST, /* a one-allocation WeftHttpRequest */
   WEFT_SPARE_WRITE_CHUNK,  /* a connection's small copy chunk */
-  WEFT_SPARE_N
 } WeftSpareKind;
 
 #define WEFT_SPARE_REQUESTS 16
