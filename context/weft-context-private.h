@@ -266,14 +266,14 @@ extern void (*weft__foreach_tail_unlocked_hook) (gpointer next_tail);
 
 /* The context's lock ("HOLDS: lock" above): one of the engine's stripes,
  * by the context's address (which is fixed, like its engine). */
-static inline WeftMutex *
+static inline WeftLock *
 weft__engine_ctx_lock (WeftEngine *engine, WeftContext *ctx)
 {
   guint h = (guint) ((guintptr) ctx >> 4) * 0x9E3779B1u; /* Fibonacci hashing */
-  return &engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].m;
+  return &engine->ctx_locks[h >> (32 - WEFT_CTX_LOCK_BITS)].l;
 }
 
-static inline WeftMutex *
+static inline WeftLock *
 weft__context_lock (WeftContext *self)
 {
   return weft__engine_ctx_lock (self->engine, self);

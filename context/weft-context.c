@@ -707,7 +707,7 @@ close_context (WeftContext *self)
 
   GPtrArray *all = g_ptr_array_new ();
   GPtrArray *finalize = g_ptr_array_new ();
-  weft__mutex_lock (weft__context_lock (self));
+  weft__lock_acquire (weft__context_lock (self));
   weft__idmap_steal_all (&self->ids, all);
   for (guint i = 0; i < all->len; i++)
     {
@@ -718,7 +718,7 @@ close_context (WeftContext *self)
       else if (weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);
     }
-  weft__mutex_unlock (weft__context_lock (self));
+  weft__lock_release (weft__context_lock (self));
   /* After the locked section: every schedule happens under the lock after a
    * CLOSED check, so none can follow this. */
   weft__timers_unschedule_context (self->engine, self);

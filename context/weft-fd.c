@@ -183,11 +183,11 @@ weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOC
   src->events = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
   src->armed = src->events;
 
-  weft__mutex_lock (weft__context_lock (self));
+  weft__lock_acquire (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &src->base);
   if (id == 0)
     {
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__lock_release (weft__context_lock (self));
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
@@ -206,12 +206,12 @@ weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOC
         weft__fdtable_clear (engine->fdtable, src->key);
       src->key = 0;
       weft__context_drop_idmap_unlocked (self, &src->base);
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__lock_release (weft__context_lock (self));
       set_poll_error (error, fd, -r);
       weft__source_unref (&src->base);
       return 0;
     }
-  weft__mutex_unlock (weft__context_lock (self));
+  weft__lock_release (weft__context_lock (self));
   return id;
 }
 
@@ -245,11 +245,11 @@ gboolean
 weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events, GError **error)
 {
   int r = 0;
-  weft__mutex_lock (weft__context_lock (self));
+  weft__lock_acquire (weft__context_lock (self));
   WeftSource *base = weft__idmap_lookup (&self->ids, id);
   if (base == NULL || base->kind != WEFT_SOURCE_FD)
     {
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__lock_release (weft__context_lock (self));
       g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "no fd source with id %u", id);
       return FALSE;
     }
@@ -258,7 +258,7 @@ weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
   src->events = weft__poll_events_from_condition (events);
   if (!base->running)
     r = arm_unlocked (src);
-  weft__mutex_unlock (weft__context_lock (self));
+  weft__lock_release (weft__context_lock (self));
   if (r < 0)
     {
       set_poll_error (error, fd, -r);

@@ -34,19 +34,19 @@ weft__idles_dispatch (WeftContext *ctx)
   WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
   if (sched == NULL)
     return;
-  WeftMutex *lock = weft__context_lock (ctx);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (ctx);
+  weft__lock_acquire (lock);
   /* Handlers added during this pass are appended and run in it too. */
   for (WeftIdleSource *idle = sched->idles; idle != NULL;)
     {
       idle->base.running = TRUE;
-      weft__mutex_unlock (lock);
+      weft__lock_release (lock);
 
       weft__worker_count_job ();
       weft__cb_time_set (WEFT_CB_TIME_UNSET); /* each handler is a callback of its own */
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
-      weft__mutex_lock (lock);
+      weft__lock_acquire (lock);
       idle->base.running = FALSE;
       WeftIdleSource *next = idle->next; /* read under the lock, after the call */
       if (!idle->base.removed && !keep)
@@ -60,7 +60,7 @@ weft__idles_dispatch (WeftContext *ctx)
         }
       idle = next;
     }
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
   for (GSList *l = dead; l != NULL; l = l->next)
     weft__source_finalize (l->data);
   g_slist_free (dead);
@@ -95,12 +95,12 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   idle->base.user_data = user_data;
   idle->base.notify = notify;
 
-  WeftMutex *lock = weft__context_lock (self);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (self);
+  weft__lock_acquire (lock);
   guint id = weft__context_add_source_unlocked (self, &idle->base);
   if (id == 0)
     {
-      weft__mutex_unlock (lock);
+      weft__lock_release (lock);
       if (notify != NULL)
         notify (user_data);
       g_free (idle);
@@ -113,7 +113,7 @@ weft_context_add_idle (WeftContext *self, GSourceFunc func, gpointer user_data,
   else
     sched->idles = idle;
   sched->idles_tail = idle;
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
 
   /* Make the context run once so the new handler gets its first turn. */
   if (!atomic_exchange (&sched->idle_queued, 1))

@@ -87,11 +87,11 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
   src->base.refs = 1;
   src->signum = signum;
 
-  weft__mutex_lock (weft__context_lock (self));
+  weft__lock_acquire (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &src->base);
   if (id == 0)
     {
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__lock_release (weft__context_lock (self));
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED, "the context is destroyed");
       if (notify != NULL)
         notify (user_data);
@@ -101,10 +101,10 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
   if (!weft__signals_subscribe (self->engine, src, error))
     {
       weft__context_drop_idmap_unlocked (self, &src->base);
-      weft__mutex_unlock (weft__context_lock (self));
+      weft__lock_release (weft__context_lock (self));
       weft__source_unref (&src->base);
       return 0;
     }
-  weft__mutex_unlock (weft__context_lock (self));
+  weft__lock_release (weft__context_lock (self));
   return id;
 }

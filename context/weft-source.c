@@ -73,22 +73,22 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (
 {
   WeftContext *ctx = src->ctx;
 
-  WeftMutex *lock = weft__context_lock (ctx);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (ctx);
+  weft__lock_acquire (lock);
   if (drop || src->removed)
     {
-      weft__mutex_unlock (lock);
+      weft__lock_release (lock);
       weft__source_unref (src); /* the node's reference */
       return;
     }
   src->running = TRUE;
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
 
   weft__worker_count_job ();
   gboolean keep = call (src);
 
   gboolean finalize = FALSE;
-  weft__mutex_lock (lock);
+  weft__lock_acquire (lock);
   src->running = FALSE;
   if (!src->removed && !keep)
     weft__context_drop_idmap_unlocked (ctx, src);
@@ -96,7 +96,7 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (
     finalize = weft__source_detach_unlocked (src);
   else if (rearm_unlocked != NULL)
     rearm_unlocked (src);
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
   if (finalize)
     weft__source_finalize (src);
   weft__source_unref (src);
@@ -179,8 +179,8 @@ weft_context_remove (WeftContext *self, guint id)
   g_return_val_if_fail (id > 0, FALSE);
 
   gboolean finalize = FALSE;
-  WeftMutex *lock = weft__context_lock (self);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (self);
+  weft__lock_acquire (lock);
   WeftSource *src = weft__idmap_remove (&self->ids, id);
   if (src != NULL)
     {
@@ -190,7 +190,7 @@ weft_context_remove (WeftContext *self, guint id)
       else
         weft__source_unwatch_running_unlocked (src);
     }
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
   if (finalize)
     weft__source_finalize (src);
   return src != NULL;

@@ -31,8 +31,8 @@ weft__timeouts_dispatch (WeftContext *ctx)
   guint budget = WEFT_TIMEOUT_BUDGET;
   WeftContextSched *sched = atomic_load (&ctx->sched); /* made before the node was queued */
 
-  WeftMutex *lock = weft__context_lock (ctx);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (ctx);
+  weft__lock_acquire (lock);
   for (;;)
     {
       WeftHeapEntry *top = weft__heap_peek (&sched->timers);
@@ -47,20 +47,20 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__context_internal_ref (ctx); /* held by the queued node */
               weft__context_push (ctx, &sched->timers_node, FALSE, NULL);
             }
-          weft__mutex_unlock (lock);
+          weft__lock_release (lock);
           return;
         }
       WeftTimeoutSource *t = top->item;
       gint64 deadline = top->deadline;
       weft__heap_remove (&sched->timers, 0);
       t->base.running = TRUE;
-      weft__mutex_unlock (lock);
+      weft__lock_release (lock);
 
       weft__worker_count_timer ();
       weft__cb_time_set (WEFT_CB_TIME_UNSET); /* each timeout is a callback of its own */
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
-      weft__mutex_lock (lock);
+      weft__lock_acquire (lock);
       t->base.running = FALSE;
       if (!t->base.removed && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
@@ -73,9 +73,9 @@ weft__timeouts_dispatch (WeftContext *ctx)
               weft__cache_free (WEFT_CACHE_TIMEOUT, t);
               continue;
             }
-          weft__mutex_unlock (lock);
+          weft__lock_release (lock);
           weft__source_finalize (&t->base);
-          weft__mutex_lock (lock);
+          weft__lock_acquire (lock);
           continue;
         }
       /* Repeat one interval after the previous deadline, so the period does
@@ -89,7 +89,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
   WeftHeapEntry *top = weft__heap_peek (&sched->timers);
   if (top != NULL && !(atomic_load (&ctx->state) & WEFT_CTX_CLOSED))
     weft__timers_schedule_context (ctx->engine, ctx, top->deadline);
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
 }
 
 static guint
@@ -107,12 +107,12 @@ add_timeout_ns (WeftContext *self, gint64 base, gint64 interval, GSourceFunc fun
   t->base.heap_index = WEFT_HEAP_NONE;
   gint64 deadline = base + interval;
 
-  WeftMutex *lock = weft__context_lock (self);
-  weft__mutex_lock (lock);
+  WeftLock *lock = weft__context_lock (self);
+  weft__lock_acquire (lock);
   guint id = weft__context_add_source_unlocked (self, &t->base);
   if (G_UNLIKELY (id == 0))
     {
-      weft__mutex_unlock (lock);
+      weft__lock_release (lock);
       if (notify != NULL)
         notify (user_data);
       weft__cache_free (WEFT_CACHE_TIMEOUT, t);
@@ -121,7 +121,7 @@ add_timeout_ns (WeftContext *self, gint64 base, gint64 interval, GSourceFunc fun
   weft__heap_insert (&weft__context_sched_unlocked (self)->timers, deadline, t);
   if (t->base.heap_index == 0) /* new earliest of this context */
     weft__timers_schedule_context (self->engine, self, deadline);
-  weft__mutex_unlock (lock);
+  weft__lock_release (lock);
   return id;
 }
 

@@ -10,6 +10,7 @@
 #include "weft-types.h"
 #include "weft-engine.h"
 #include "weft-mpsc.h"
+#include "weft-lock.h"
 #include "weft-mutex.h"
 #include "weft-spin.h"
 
@@ -342,10 +343,10 @@ gint64 weft__timeout_base_ns (void);
 #define WEFT_RUN_HINT_MIN_SET (256 * 1024)
 #define WEFT_CTX_LOCK_STRIPES (1u << WEFT_CTX_LOCK_BITS)
 
-/* A mutex on a cache line of its own. */
+/* A lock on a cache line of its own. */
 typedef struct {
-  WeftMutex m;
-} __attribute__ ((aligned (64))) WeftMutexStripe;
+  WeftLock l;
+} __attribute__ ((aligned (64))) WeftLockStripe;
 
 typedef struct _WeftWorker WeftWorker;
 /* An engine driven by a GMainContext instead of worker threads
@@ -411,7 +412,7 @@ struct _WeftEngine {
    * that every idle connection paid for. A context's lock is only held for
    * a few pointer moves and never while another context's lock is held,
    * so sharing a stripe costs at most a short wait. */
-  WeftMutexStripe *ctx_locks;  /* (owned) WEFT_CTX_LOCK_STRIPES */
+  WeftLockStripe *ctx_locks;   /* (owned) WEFT_CTX_LOCK_STRIPES */
 
   /* Every context not yet freed, so that the engine's death can destroy
    * them (their sources hold the last references of connections). */

@@ -61,10 +61,10 @@ weft__engine_new_unstarted (guint n_workers, GError **error)
   weft__mpsc_init (&self->runq);
   weft__mutex_init (&self->lock);
   weft__mutex_init (&self->ctx_lock);
-  self->ctx_locks = weft__aligned_alloc (WEFT_CTX_LOCK_STRIPES, sizeof (WeftMutexStripe),
-                                          G_ALIGNOF (WeftMutexStripe), TRUE);
+  self->ctx_locks = weft__aligned_alloc (WEFT_CTX_LOCK_STRIPES, sizeof (WeftLockStripe),
+                                          G_ALIGNOF (WeftLockStripe), TRUE);
   for (guint i = 0; i < WEFT_CTX_LOCK_STRIPES; i++)
-    weft__mutex_init (&self->ctx_locks[i].m);
+    weft__lock_init (&self->ctx_locks[i].l);
   weft__cond_init (&self->cond);
   self->n_workers = n_workers ? n_workers : (guint) g_get_num_processors ();
   self->fdtable = weft__fdtable_new ();
@@ -143,8 +143,6 @@ weft__engine_internal_unref (WeftEngine *self)
     close (self->stop_fd);
   weft__mutex_clear (&self->lock);
   weft__mutex_clear (&self->ctx_lock);
-  for (guint i = 0; i < WEFT_CTX_LOCK_STRIPES; i++)
-    weft__mutex_clear (&self->ctx_locks[i].m);
   g_aligned_free (self->ctx_locks);
   weft__cond_clear (&self->cond);
   if (self->bridge != NULL)

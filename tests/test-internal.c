@@ -898,6 +898,86 @@ test_notify_with_node_queued (gconstpointer data)
   close (efd);
 }
 
+/* ---- the contexts' lock ------------------------------------------------ */
+
+typedef struct {
+  WeftLock lock;
+  guint64 counter; /* plain: only changed under the lock */
+  guint rounds;
+} LockRace;
+
+static gpointer
+lock_race_thread (gpointer data)
+{
+  LockRace *r = data;
+  for (guint i = 0; i < r->rounds; i++)
+    {
+      weft__lock_acquire (&r->lock);
+      /* A read, a pause and a write: two holders at once lose updates. */
+      guint64 v = r->counter;
+      if (i % 64 == 0)
+        weft__cpu_relax ();
+      r->counter = v + 1;
+      weft__lock_release (&r->lock);
+    }
+  return NULL;
+}
+
+static void
+test_lock_exclusion (void)
+{
+  g_test_summary ("WeftLock admits one holder at a time: 4 threads on 2 CPUs do a "
+                  "read-pause-write under it and lose no update; free again after");
+
+  LockRace r = { .rounds = 200000 };
+  weft__lock_init (&r.lock);
+  GThread *t[4];
+  for (guint i = 0; i < G_N_ELEMENTS (t); i++)
+    t[i] = g_thread_new ("lock-race", lock_race_thread, &r);
+  for (guint i = 0; i < G_N_ELEMENTS (t); i++)
+    g_thread_join (t[i]);
+  g_assert_cmpuint (r.counter, ==, (guint64) G_N_ELEMENTS (t) * r.rounds);
+  g_assert_cmpuint (atomic_load (&r.lock.v), ==, 0);
+}
+
+typedef struct {
+  WeftLock *lock;
+  atomic_int state; /* 0 started, 1 holds the lock */
+} LockSleeper;
+
+static gpointer
+lock_sleeper_thread (gpointer data)
+{
+  LockSleeper *s = data;
+  weft__lock_acquire (s->lock);
+  atomic_store (&s->state, 1);
+  weft__lock_release (s->lock);
+  return NULL;
+}
+
+static void
+test_lock_sleeper_woken (void)
+{
+  g_test_summary ("A thread that finds WeftLock held past its spinning sleeps (the word "
+                  "marked contended) and is woken by the release: it gets the lock "
+                  "once, after the holder let go");
+
+  WeftLock lock;
+  weft__lock_init (&lock);
+  weft__lock_acquire (&lock);
+  LockSleeper s = { &lock, 0 };
+  GThread *t = g_thread_new ("lock-sleeper", lock_sleeper_thread, &s);
+  /* Held for 200 ms: far past the spinning, so the waiter sleeps. */
+  WT_WAIT_UNTIL (atomic_load (&lock.v) == 2);
+  g_usleep (200 * 1000);
+  g_assert_cmpint (atomic_load (&s.state), ==, 0);
+  g_assert_cmpuint (atomic_load (&lock.v), ==, 2);
+  weft__lock_release (&lock);
+  g_thread_join (t);
+  g_assert_cmpint (atomic_load (&s.state), ==, 1);
+  g_assert_cmpuint (atomic_load (&lock.v), ==, 0);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -914,6 +994,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/jobcache-cross-thread", test_jobcache_cross_thread);
   g_test_add_func ("/internal/jobcache-keeps-errno", test_jobcache_keeps_errno);
   g_test_add_func ("/internal/foreach-tail-churn", test_foreach_tail_churn);
+  g_test_add_func ("/internal/lock-exclusion", test_lock_exclusion);
+  g_test_add_func ("/internal/lock-sleeper-woken", test_lock_sleeper_woken);
   static const QueuedVariant fd_remove = { FALSE, FALSE }, fd_destroy = { FALSE, TRUE },
                              sig_remove = { TRUE, FALSE }, sig_destroy = { TRUE, TRUE };
   g_test_add_data_func ("/internal/notify-with-node-queued/fd-remove", &fd_remove,
