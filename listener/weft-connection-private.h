@@ -44,6 +44,11 @@ WeftConnection *weft__connection_ref_tail (gpointer tail, WeftListener *listener
  * reading the listener's stopping flag and counting itself out, so a test
  * can hold that point while a shutdown runs. */
 extern void (*_Atomic weft__listener_test_closing_hook) (void);
+/* Tests only: weft_listener_add_tcp() resolves names with this instead of
+ * getaddrinfo() when set (weft-listener.c). */
+struct addrinfo;
+extern int (*weft__listener_test_resolve) (const char *host, const char *port,
+                                           const struct addrinfo *hints, struct addrinfo **res);
 /* TRUE if the application installed a read or event callback. */
 gboolean weft__connection_has_callbacks (WeftConnection *self);
 /* Makes a connection for an accepted or connected socket; @fd must be

@@ -689,13 +689,19 @@ add_socket (WeftListener *self, int fd, gchar *unix_path)
     watch_socket (self, ls);
 }
 
-static gboolean
-bind_and_listen (WeftListener *self, const struct sockaddr *sa, socklen_t len,
-                 gboolean v6only, const char *address, GError **error)
+/* A listening socket bound to @sa, not yet the listener's: -1 with @error
+ * and *@err (the errno) set on failure. */
+static int
+open_listening (WeftListener *self, const struct sockaddr *sa, socklen_t len, gboolean v6only,
+                const char *address, int *err, GError **error)
 {
   int fd = socket (sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return set_error_errno (error, errno, "socket for", address);
+    {
+      *err = errno;
+      set_error_errno (error, *err, "socket for", address);
+      return -1;
+    }
   int one = 1;
   pthread_mutex_lock (&self->lock);
   gboolean reuse_port = self->reuse_port;
@@ -706,9 +712,10 @@ bind_and_listen (WeftListener *self, const struct sockaddr *sa, socklen_t len,
       setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
       if (reuse_port && setsockopt (fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
         {
-          int err = errno;
+          *err = errno;
           close (fd);
-          return set_error_errno (error, err, "SO_REUSEPORT on", address);
+          set_error_errno (error, *err, "SO_REUSEPORT on", address);
+          return -1;
         }
     }
   if (sa->sa_family == AF_INET6)
@@ -718,15 +725,119 @@ bind_and_listen (WeftListener *self, const struct sockaddr *sa, socklen_t len,
     }
   if (bind (fd, sa, len) < 0 || listen (fd, backlog) < 0)
     {
-      int err = errno;
+      *err = errno;
       close (fd);
-      return set_error_errno (error, err, "cannot listen on", address);
+      set_error_errno (error, *err, "cannot listen on", address);
+      return -1;
     }
+  return fd;
+}
+
+static gboolean
+bind_and_listen (WeftListener *self, const struct sockaddr *sa, socklen_t len,
+                 gboolean v6only, const char *address, GError **error)
+{
+  int err;
+  int fd = open_listening (self, sa, len, v6only, address, &err, error);
+  if (fd < 0)
+    return FALSE;
   gchar *path = NULL;
   if (sa->sa_family == AF_UNIX)
     path = g_strdup (((const struct sockaddr_un *) sa)->sun_path);
   add_socket (self, fd, path);
   return TRUE;
+}
+
+/* Tests only: resolves instead of getaddrinfo() when set; what it returns
+ * is freed with freeaddrinfo(). */
+int (*weft__listener_test_resolve) (const char *host, const char *port,
+                                    const struct addrinfo *hints, struct addrinfo **res);
+
+/* Whether a bind failed because this machine has no such address now (a
+ * name's IPv6 address on a host without IPv6): the name's other addresses
+ * may serve without it. Any other failure (in use, not permitted) means
+ * the name is not served as asked. */
+static gboolean
+address_missing_here (int err)
+{
+  return err == EADDRNOTAVAIL || err == EAFNOSUPPORT;
+}
+
+static guint16
+bound_port (int fd)
+{
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname (fd, (struct sockaddr *) &ss, &len) != 0)
+    return 0;
+  if (ss.ss_family == AF_INET)
+    return ntohs (((struct sockaddr_in *) &ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs (((struct sockaddr_in6 *) &ss)->sin6_port);
+  return 0;
+}
+
+/* Binds every address of @res, all or none: an address this machine does
+ * not have is skipped, any other failure closes what this call bound. */
+static gboolean
+bind_all (WeftListener *self, struct addrinfo *res, guint16 port, const char *address,
+          GError **error)
+{
+  GArray *fds = g_array_new (FALSE, FALSE, sizeof (int));
+  GError *missing = NULL; /* the first address found missing */
+  gboolean failed = FALSE;
+  guint16 chosen = port;
+  for (struct addrinfo *ai = res; ai != NULL && !failed; ai = ai->ai_next)
+    {
+      /* With port 0 and several addresses, use the port the first got. */
+      if (ai->ai_family == AF_INET)
+        ((struct sockaddr_in *) ai->ai_addr)->sin_port = htons (chosen);
+      else if (ai->ai_family == AF_INET6)
+        ((struct sockaddr_in6 *) ai->ai_addr)->sin6_port = htons (chosen);
+      else
+        continue;
+      GError *one_error = NULL;
+      int err = 0;
+      int fd = open_listening (self, ai->ai_addr, ai->ai_addrlen, TRUE, address, &err, &one_error);
+      if (fd >= 0)
+        {
+          g_array_append_val (fds, fd);
+          if (chosen == 0)
+            chosen = bound_port (fd);
+        }
+      else if (address_missing_here (err))
+        {
+          if (missing == NULL)
+            missing = one_error;
+          else
+            g_error_free (one_error);
+        }
+      else
+        {
+          g_propagate_error (error, one_error);
+          failed = TRUE;
+        }
+    }
+  if (!failed && fds->len == 0)
+    {
+      failed = TRUE;
+      if (missing != NULL)
+        g_propagate_error (error, g_steal_pointer (&missing));
+      else
+        g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND, "no TCP address for %s",
+                     address);
+    }
+  g_clear_error (&missing);
+  for (guint i = 0; i < fds->len; i++)
+    {
+      int fd = g_array_index (fds, int, i);
+      if (failed)
+        close (fd);
+      else
+        add_socket (self, fd, NULL);
+    }
+  g_array_free (fds, TRUE);
+  return !failed;
 }
 
 /**
@@ -741,7 +852,9 @@ bind_and_listen (WeftListener *self, const struct sockaddr *sa, socklen_t len,
  *
  * Binds and listens at once (so the port is taken when this returns);
  * accepting starts with weft_listener_start(). A name with several
- * addresses gets a socket for each.
+ * addresses gets a socket for each address this machine has: one it does
+ * not have (an IPv6 address on a host without IPv6) is skipped. Any other
+ * failure (an address in use, a port not permitted) binds none of them.
  *
  * Returns: %TRUE on success; %FALSE with @error set (%G_IO_ERROR_ADDRESS_IN_USE,
  *   %G_IO_ERROR_PERMISSION_DENIED, %G_IO_ERROR_NOT_FOUND for a name that
@@ -783,7 +896,9 @@ weft_listener_add_tcp (WeftListener *self, const gchar *host, guint16 port, GErr
   struct addrinfo *res = NULL;
   gchar portstr[8];
   g_snprintf (portstr, sizeof portstr, "%u", port);
-  int r = getaddrinfo (host, portstr, &hints, &res);
+  int r = weft__listener_test_resolve != NULL
+              ? weft__listener_test_resolve (host, portstr, &hints, &res)
+              : getaddrinfo (host, portstr, &hints, &res);
   if (r != 0)
     {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND, "cannot resolve %s: %s", address,
@@ -791,31 +906,7 @@ weft_listener_add_tcp (WeftListener *self, const gchar *host, guint16 port, GErr
       g_free (address);
       return FALSE;
     }
-  guint16 chosen = port;
-  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
-    {
-      /* With port 0 and several addresses, use the port the first got. */
-      if (ai->ai_family == AF_INET)
-        ((struct sockaddr_in *) ai->ai_addr)->sin_port = htons (chosen);
-      else if (ai->ai_family == AF_INET6)
-        ((struct sockaddr_in6 *) ai->ai_addr)->sin6_port = htons (chosen);
-      else
-        continue;
-      GError *one_error = NULL;
-      if (!bind_and_listen (self, ai->ai_addr, ai->ai_addrlen, TRUE, address, &one_error))
-        {
-          if (!ok)
-            {
-              g_propagate_error (error, one_error);
-              break;
-            }
-          g_error_free (one_error); /* e.g. ::1 missing on an IPv4-only host */
-          continue;
-        }
-      ok = TRUE;
-      if (chosen == 0)
-        chosen = weft_listener_get_port (self, weft_listener_get_n_sockets (self) - 1);
-    }
+  ok = bind_all (self, res, port, address, error);
   freeaddrinfo (res);
   g_free (address);
   return ok;

@@ -7,6 +7,8 @@
 #include "weft-net-util.h"
 #include "weft-connection-private.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -204,6 +206,122 @@ test_unix (void)
   g_free (address);
   g_free (path);
   g_free (dir);
+}
+
+/* ---- /listener/name-address-missing ------------------------------------- */
+
+/* What the fake resolver answers: numeric addresses, in order. */
+static const char *const *fake_addresses;
+
+static int
+fake_resolve (const char *host, const char *port, const struct addrinfo *hints,
+              struct addrinfo **res)
+{
+  (void) host;
+  struct addrinfo *head = NULL, **tail = &head;
+  struct addrinfo numeric = *hints;
+  numeric.ai_flags |= AI_NUMERICHOST;
+  for (guint i = 0; fake_addresses[i] != NULL; i++)
+    {
+      struct addrinfo *one = NULL;
+      g_assert_cmpint (getaddrinfo (fake_addresses[i], port, &numeric, &one), ==, 0);
+      *tail = one; /* glibc frees a chain node by node: the joined lists free as one */
+      while (*tail != NULL)
+        tail = &(*tail)->ai_next;
+    }
+  *res = head;
+  return 0;
+}
+
+/* Binds @addresses as the addresses of one name, on @port; returns the
+ * result and the number of sockets the listener got. */
+static gboolean
+add_fake_name (WeftListener *l, const char *const *addresses, guint16 port, GError **error)
+{
+  fake_addresses = addresses;
+  weft__listener_test_resolve = fake_resolve;
+  gboolean ok = weft_listener_add_tcp (l, "fake.name", port, error);
+  weft__listener_test_resolve = NULL;
+  return ok;
+}
+
+/* Whether this machine lacks @ip (IPv4): a bind to it fails so. */
+static gboolean
+address_missing (const char *ip)
+{
+  int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = { .sin_family = AF_INET };
+  g_assert_cmpint (inet_pton (AF_INET, ip, &a.sin_addr), ==, 1);
+  gboolean missing = bind (fd, (struct sockaddr *) &a, sizeof a) < 0 && errno == EADDRNOTAVAIL;
+  close (fd);
+  return missing;
+}
+
+static void
+test_name_address_missing (void)
+{
+  g_test_summary ("A name whose first address this machine does not have (EADDRNOTAVAIL) "
+                  "is served on its others; one whose addresses are all missing fails; "
+                  "one with an address in use binds none");
+
+  /* Two documentation addresses (RFC 5737) this machine does not have:
+   * some VMs put their own interface in one of these networks. */
+  const char *candidates[] = { "192.0.2.1", "198.51.100.1", "203.0.113.1", "192.0.2.254" };
+  const char *missing[2];
+  guint n_missing = 0;
+  for (guint i = 0; i < G_N_ELEMENTS (candidates) && n_missing < 2; i++)
+    if (address_missing (candidates[i]))
+      missing[n_missing++] = candidates[i];
+  if (n_missing < 2)
+    {
+      g_test_skip ("this machine has the documentation addresses tried");
+      return;
+    }
+
+  WeftEngine *engine = wt_engine_new (1);
+  atomic_int accepted = 0;
+  WeftListener *l = weft_listener_new (engine, accept_echo, &accepted, NULL);
+  GError *error = NULL;
+
+  /* Missing first, then loopback on a port the system picks. */
+  const char *const missing_first[] = { missing[0], "127.0.0.1", NULL };
+  g_assert_true (add_fake_name (l, missing_first, 0, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_cmpuint (port, !=, 0);
+  g_assert_true (weft_listener_start (l, &error));
+  int fd = wt_connect_tcp (port);
+  echo_once (fd);
+  close (fd);
+  g_assert_cmpint (atomic_load (&accepted), ==, 1);
+
+  /* Every address missing: the first one's error, no socket. */
+  const char *const all_missing[] = { missing[0], missing[1], NULL };
+  g_assert_false (add_fake_name (l, all_missing, 0, &error));
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, "fake.name"));
+  g_clear_error (&error);
+  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
+
+  /* A free port for loopback, then loopback again (in use by the first):
+   * neither stays bound, so the port is free again afterwards. */
+  WeftListener *probe = weft_listener_new (engine, accept_echo, NULL, NULL);
+  g_assert_true (weft_listener_add_tcp (probe, "127.0.0.2", 0, &error));
+  guint16 free_port = weft_listener_get_port (probe, 0);
+  weft_listener_unref (probe);
+  const char *const in_use[] = { "127.0.0.2", missing[0], "127.0.0.2", NULL };
+  g_assert_false (add_fake_name (l, in_use, free_port, &error));
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_ADDRESS_IN_USE);
+  g_clear_error (&error);
+  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
+  WeftListener *again = weft_listener_new (engine, accept_echo, NULL, NULL);
+  g_assert_true (weft_listener_add_tcp (again, "127.0.0.2", free_port, &error));
+  g_assert_no_error (error);
+  weft_listener_unref (again);
+
+  weft_listener_unref (l);
+  weft_engine_unref (engine);
 }
 
 /* ---- /listener/address-in-use and /listener/reuse-port ----------------- */
@@ -781,6 +899,7 @@ main (int argc, char **argv)
   g_test_add_func ("/listener/ipv6", test_ipv6);
   g_test_add_func ("/listener/unix", test_unix);
   g_test_add_func ("/listener/address-in-use", test_address_in_use);
+  g_test_add_func ("/listener/name-address-missing", test_name_address_missing);
   g_test_add_func ("/listener/reuse-port", test_reuse_port);
   g_test_add_func ("/listener/adopt-fd", test_adopt_fd);
   g_test_add_func ("/listener/systemd", test_systemd);
