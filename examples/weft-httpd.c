@@ -252,7 +252,7 @@ main (int argc, char **argv)
     { "key", 0, 0, G_OPTION_ARG_FILENAME, &key, "PEM private key for --cert", "FILE" },
     { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body, "Largest request body (8 MiB)", "BYTES" },
     { "max-connections", 'm', 0, G_OPTION_ARG_INT, &max_conns,
-      "Pause accepting at this many connections (16384)", "N" },
+      "Pause accepting at this many connections (0: the default, 16384)", "N" },
     { "header-timeout-ms", 0, 0, G_OPTION_ARG_INT, &header_timeout,
       "Time a request head may take, 0 for none (20000)", "MS" },
     { "keepalive-timeout-ms", 0, 0, G_OPTION_ARG_INT, &keepalive,
@@ -364,9 +364,12 @@ main (int argc, char **argv)
     goto out;
   if (!weft_http_server_start (server, &error))
     goto out;
-  printf ("weft-httpd: serving %s on %s (port %u; status: /_weft/status; Ctrl-C stops)\n",
-          root != NULL ? root : "docs", listen != NULL ? listen : "127.0.0.1:8080",
-          weft_listener_get_port (listener, 0));
+  /* A port only for TCP: a unix: socket has none. */
+  guint16 port = weft_listener_get_port (listener, 0);
+  gchar *port_note = port != 0 ? g_strdup_printf ("port %u; ", port) : g_strdup ("");
+  printf ("weft-httpd: serving %s on %s (%sstatus: /_weft/status; Ctrl-C stops)\n",
+          root != NULL ? root : "docs", listen != NULL ? listen : "127.0.0.1:8080", port_note);
+  g_free (port_note);
   fflush (stdout);
 
   int sig = 0;
