@@ -18,7 +18,8 @@ enum {
   C_VALUE = 1 << 2,  /* field-value: VCHAR, obs-text, SP, HTAB */
   C_HOST = 1 << 3,   /* Host: reg-name, IP-literal, port */
   C_OWS = 1 << 4,    /* SP, HTAB */
-  C_PATH = 1 << 5,   /* C_TARGET but '?': the target's scan stops at the query */
+  C_PATH = 1 << 5,   /* C_TARGET but '?' and '%': the path's scan stops at the
+                      * query and at escapes (the server tells the router) */
 };
 
 static guint8 classes[256];
@@ -40,7 +41,7 @@ init_classes (void)
         k |= C_HOST;
       if (c == ' ' || c == '\t')
         k |= C_OWS;
-      if ((k & C_TARGET) && c != '?')
+      if ((k & C_TARGET) && c != '?' && c != '%')
         k |= C_PATH;
       classes[c] = k;
     }
@@ -72,9 +73,9 @@ ensure_classes (void)
  * x86-64 always has SSE2: 16 bytes per step there. Elsewhere, or built
  * with WEFT_HTTP_PARSER_NO_SIMD (the tests build that too), 8 bytes per
  * step in a 64-bit word on little-endian CPUs, then a byte loop. */
-enum { RUN_NAME, RUN_VALUE, RUN_TARGET, RUN_HOST };
+enum { RUN_NAME, RUN_VALUE, RUN_TARGET, RUN_HOST, RUN_QUERY };
 
-static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH, C_HOST };
+static const guint8 run_class[] = { C_TCHAR, C_VALUE, C_PATH, C_HOST, C_TARGET };
 
 #if defined(__SSE2__) && !defined(WEFT_HTTP_PARSER_NO_SIMD)
 #define SCAN_SSE2 1
@@ -102,14 +103,18 @@ stops16 (__m128i x, int kind)
         return (guint) _mm_movemask_epi8 (_mm_or_si128 (ctl, del));
       }
     case RUN_TARGET:
+    case RUN_QUERY:
       {
         /* 0x21 to 0x7e compared as signed bytes (0x80 and up are
-         * negative), without '#'; '?' stops too (the query's start). */
+         * negative), without '#'; in the path '?' (the query's start)
+         * and '%' stop too. */
         __m128i ok = _mm_and_si128 (_mm_cmpgt_epi8 (x, _mm_set1_epi8 (0x20)),
                                     _mm_cmplt_epi8 (x, _mm_set1_epi8 (0x7f)));
-        __m128i hash_q = _mm_or_si128 (_mm_cmpeq_epi8 (x, _mm_set1_epi8 ('#')),
-                                       _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('?')));
-        ok = _mm_andnot_si128 (hash_q, ok);
+        __m128i no = _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('#'));
+        if (kind == RUN_TARGET)
+          no = _mm_or_si128 (no, _mm_or_si128 (_mm_cmpeq_epi8 (x, _mm_set1_epi8 ('?')),
+                                               _mm_cmpeq_epi8 (x, _mm_set1_epi8 ('%'))));
+        ok = _mm_andnot_si128 (no, ok);
         return (guint) _mm_movemask_epi8 (ok) ^ 0xffffu;
       }
     default:
@@ -201,7 +206,9 @@ stops8 (guint64 x, int kind)
       return HAS_LESS (x, 0x20) | HAS_BYTE (x, 0x7f);
     case RUN_TARGET:
       return HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#') |
-             HAS_BYTE (x, '?');
+             HAS_BYTE (x, '?') | HAS_BYTE (x, '%');
+    case RUN_QUERY:
+      return HAS_LESS (x, 0x21) | (x & HIGHS) | HAS_BYTE (x, 0x7f) | HAS_BYTE (x, '#');
     default:
       {
         /* Letters and '-', per byte without carries between bytes: the
@@ -496,10 +503,12 @@ valid_host (WeftHttpSlice h, const char *lo, const char *end)
 }
 
 /* Splits an origin-form (or absolute-form path part) target at @q, its
- * first '?' (the scan of the target found it), or NULL if none. */
+ * first '?' (the scan of the target found it), or NULL if none.
+ * @escaped: the path holds a '%'. */
 static void
-split_path (WeftHttpHead *req, const char *p, const char *end, const char *q)
+split_path (WeftHttpHead *req, const char *p, const char *end, const char *q, gboolean escaped)
 {
+  req->path_escaped = escaped;
   if (q == NULL)
     {
       req->path = (WeftHttpSlice) { p, (gsize) (end - p) };
@@ -512,10 +521,11 @@ split_path (WeftHttpHead *req, const char *p, const char *end, const char *q)
     }
 }
 
-/* @qmark: the target's first '?', or NULL; @lo, @end: the parsed head. */
+/* @qmark: the target's first '?', or NULL; @pct: its first '%' before
+ * that, or NULL; @lo, @end: the parsed head. */
 static guint
-classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark, const char *lo,
-                 const char *end_of_head)
+classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark,
+                 const char *pct, const char *lo, const char *end_of_head)
 {
   const char *t = req->target.ptr, *end = t + req->target.len;
   /* Methods are case-sensitive (RFC 9110 §9.1). */
@@ -556,7 +566,7 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark,
   if (t[0] == '/')
     {
       req->form = WEFT_HTTP_FORM_ORIGIN;
-      split_path (req, t, end, qmark);
+      split_path (req, t, end, qmark, pct != NULL);
       return 0;
     }
   /* absolute-form: scheme "://" authority path-abempty [ "?" query ] */
@@ -586,7 +596,12 @@ classify_target (WeftHttpHead *req, WeftHttpSlice *authority, const char *qmark,
                              : (WeftHttpSlice) { ae + 1, (gsize) (end - ae - 1) };
     }
   else
-    split_path (req, ae, end, qmark); /* no '?' before @ae: it is the first */
+    {
+      /* No '?' before @ae: it is the first. The first '%' may be the
+       * authority's, and one in the path after it. */
+      gsize n = (gsize) ((qmark != NULL ? qmark : end) - ae);
+      split_path (req, ae, end, qmark, pct != NULL && memchr (ae, '%', n) != NULL);
+    }
   return 0;
 }
 
@@ -733,7 +748,7 @@ note_framing (Framing *fr, guint slot, WeftHttpSlice name, WeftHttpSlice value)
  * rules. Returns 0 or a status. */
 static guint
 check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const Framing *fr,
-                 const char *qmark, const char *lo, const char *end)
+                 const char *qmark, const char *pct, const char *lo, const char *end)
 {
   const TeScan *te = &fr->te;
   if (fr->cl_bad)
@@ -773,7 +788,7 @@ check_semantics (WeftHttpHead *req, const WeftHttpLimits *limits, const Framing 
   if (req->minor_version >= 1 && fr->n_host == 0)
     return 400;
   WeftHttpSlice authority;
-  guint st = classify_target (req, &authority, qmark, lo, end);
+  guint st = classify_target (req, &authority, qmark, pct, lo, end);
   if (st != 0)
     return st;
   req->host = authority.ptr != NULL ? authority : fr->host;
@@ -839,12 +854,19 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   /* request-target, then exactly one SP */
   s = p;
   const char *qmark = NULL; /* the first '?': where the query starts */
+  const char *pct = NULL;   /* the first '%' before it */
   p = scan (p, end, buf, RUN_TARGET);
-  while (p < end && *p == '?')
+  while (p < end && *p == '%')
     {
-      if (qmark == NULL)
-        qmark = p;
+      if (pct == NULL)
+        pct = p;
       p = scan (p + 1, end, buf, RUN_TARGET);
+    }
+  if (p < end && *p == '?')
+    {
+      /* The query's scan stops at neither '?' nor '%'. */
+      qmark = p;
+      p = scan (p + 1, end, buf, RUN_QUERY);
     }
   if ((gsize) (p - s) > limits->max_target)
     FAIL (414);
@@ -954,7 +976,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   req->n_headers = n_headers;
   /* No length check here: p never passes end, which is at most max_head. */
 
-  guint st = check_semantics (req, limits, &fr, qmark, buf, p);
+  guint st = check_semantics (req, limits, &fr, qmark, pct, buf, p);
   if (st != 0)
     FAIL (st);
   return (gssize) (p - buf);

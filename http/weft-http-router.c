@@ -23,7 +23,9 @@ typedef struct {
 
 struct _WeftHttpRoute {
   char *method;      /* NULL: any */
+  gsize method_len;
   char *pattern;
+  gsize pattern_len; /* compared before the bytes, for literal routes */
   Segment *segs;
   guint n_segs;
   guint n_params;
@@ -128,6 +130,7 @@ weft_http_router_add (WeftHttpRouter *router, const char *method, const char *pa
   WeftHttpRoute *r = g_new0 (WeftHttpRoute, 1);
   r->pattern = g_strdup (pattern);
   gsize n = strlen (pattern);
+  r->pattern_len = n;
   if (strcmp (pattern, "*") == 0)
     r->asterisk = TRUE;
   else
@@ -195,6 +198,7 @@ weft_http_router_add (WeftHttpRouter *router, const char *method, const char *pa
         goto bad;
     }
   r->method = g_strdup (method);
+  r->method_len = method != NULL ? strlen (method) : 0;
   r->flags = flags;
   r->handler = handler;
   r->data = data;
@@ -238,15 +242,57 @@ typedef struct {
   gsize len;
 } Raw;
 
-/* 1: the path matches (raw values of the params in @vals), 0: it does not,
- * -1: a malformed escape where a decoding was needed. */
+/* @a and @b hold @n bytes each. Methods and most literal paths are
+ * short: two overlapping loads from either end cover any length up to 16
+ * for less than a call to memcmp (or to strcmp, which also had to find
+ * where the strings end). */
+static inline gboolean
+bytes_equal (const char *a, const char *b, gsize n)
+{
+  if (n >= 8)
+    {
+      if (n > 16)
+        return memcmp (a, b, n) == 0;
+      guint64 a0, b0, a1, b1;
+      memcpy (&a0, a, 8);
+      memcpy (&b0, b, 8);
+      memcpy (&a1, a + n - 8, 8);
+      memcpy (&b1, b + n - 8, 8);
+      return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+  if (n >= 4)
+    {
+      guint32 a0, b0, a1, b1;
+      memcpy (&a0, a, 4);
+      memcpy (&b0, b, 4);
+      memcpy (&a1, a + n - 4, 4);
+      memcpy (&b1, b + n - 4, 4);
+      return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+  if (n >= 2)
+    {
+      guint16 a0, b0, a1, b1;
+      memcpy (&a0, a, 2);
+      memcpy (&b0, b, 2);
+      memcpy (&a1, a + n - 2, 2);
+      memcpy (&b1, b + n - 2, 2);
+      return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+  return n == 0 || a[0] == b[0];
+}
+
+/* 1: the path (@len bytes) matches (raw values of the params in @vals),
+ * 0: it does not, -1: a malformed escape where a decoding was needed. */
 static int
-path_matches (const WeftHttpRoute *r, const char *path, Raw *vals, GString *scratch)
+path_matches (const WeftHttpRoute *r, const char *path, gsize len, Raw *vals, GString *scratch)
 {
   if (r->asterisk)
-    return strcmp (path, "*") == 0;
+    return len == 1 && path[0] == '*';
   if (r->n_params == 0 && !r->prefix && scratch == NULL)
-    return strcmp (path, r->pattern) == 0; /* literal, nothing to decode */
+    {
+      /* Literal, nothing to decode: most routes differ in length. */
+      return len == r->pattern_len && bytes_equal (path, r->pattern, len);
+    }
   const char *p = path;
   guint k = 0;
   for (guint i = 0; i < r->n_segs; i++)
@@ -279,9 +325,9 @@ path_matches (const WeftHttpRoute *r, const char *path, Raw *vals, GString *scra
 }
 
 static gboolean
-method_matches (const WeftHttpRoute *r, const char *method)
+method_matches (const WeftHttpRoute *r, const char *method, gsize len)
 {
-  return r->method == NULL || strcmp (r->method, method) == 0;
+  return r->method == NULL || (r->method_len == len && bytes_equal (r->method, method, len));
 }
 
 static void
@@ -306,16 +352,27 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
                         const WeftHttpRoute **route, WeftHttpParam **params, guint *n_params,
                         GString *allow)
 {
+  return weft_http_router_match_sized (router, method, strlen (method), path, strlen (path),
+                                       strchr (path, '%') != NULL, route, params, n_params,
+                                       allow);
+}
+
+WeftHttpRouteResult
+weft_http_router_match_sized (const WeftHttpRouter *router, const char *method,
+                              gsize method_len, const char *path, gsize path_len,
+                              gboolean path_escaped, const WeftHttpRoute **route,
+                              WeftHttpParam **params, guint *n_params, GString *allow)
+{
   *route = NULL;
   *params = NULL;
   *n_params = 0;
   gboolean path_seen = FALSE;
-  gboolean is_head = method[0] == 'H' && strcmp (method, "HEAD") == 0;
+  gboolean is_head = method_len == 4 && memcmp (method, "HEAD", 4) == 0;
   Raw vals[WEFT_HTTP_MAX_PARAMS];
   GString *scratch = NULL;
   WeftHttpRouteResult result = WEFT_HTTP_ROUTE_NOT_FOUND;
   /* Only a path with escapes needs decoding (and a scratch buffer). */
-  if (strchr (path, '%') != NULL)
+  if (path_escaped)
     scratch = g_string_new (NULL);
 
   /* Without escapes, a literal route can match only if its pattern is
@@ -352,7 +409,7 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
         }
       const WeftHttpRoute *r = router->routes->pdata[i];
       Raw *v = vals;
-      int m = path_matches (r, path, v, scratch);
+      int m = path_matches (r, path, path_len, v, scratch);
       if (m < 0)
         {
           result = WEFT_HTTP_ROUTE_BAD_PATH;
@@ -361,7 +418,7 @@ weft_http_router_match (const WeftHttpRouter *router, const char *method, const 
       if (m == 0)
         continue;
       path_seen = TRUE;
-      if (method_matches (r, method))
+      if (method_matches (r, method, method_len))
         {
           *route = r;
           break;

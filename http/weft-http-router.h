@@ -50,6 +50,18 @@ WeftHttpRouteResult weft_http_router_match (const WeftHttpRouter *router, const 
                                             WeftHttpParam **params, guint *n_params,
                                             GString *allow);
 
+/* weft_http_router_match() for a caller that knows more than the strings
+ * say: @method_len and @path_len are their lengths (they are still
+ * NUL-terminated there), @path_escaped whether @path holds a '%'. The
+ * server has these from the parser. */
+WeftHttpRouteResult weft_http_router_match_sized (const WeftHttpRouter *router,
+                                                  const char *method, gsize method_len,
+                                                  const char *path, gsize path_len,
+                                                  gboolean path_escaped,
+                                                  const WeftHttpRoute **route,
+                                                  WeftHttpParam **params, guint *n_params,
+                                                  GString *allow);
+
 gpointer weft_http_route_get_handler (const WeftHttpRoute *route);
 gpointer weft_http_route_get_data (const WeftHttpRoute *route);
 guint weft_http_route_get_flags (const WeftHttpRoute *route);

@@ -988,14 +988,18 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
    * MUST be ignored (and §15.2: no 1xx to an HTTP/1.0 client). */
   req->expect_continue = head->expect_continue && head->minor_version >= 1;
   req->has_body = head->body != WEFT_HTTP_BODY_NONE;
-  req->route_result = weft_http_router_match (hc->server->router, req->method, req->path,
-                                              &req->route, &req->params, &req->n_params, NULL);
+  /* The parser knows the lengths and whether the path has escapes. */
+  gboolean escaped = head->path_escaped;
+  req->route_result = weft_http_router_match_sized (
+      hc->server->router, req->method, head->method.len, req->path, head->path.len, escaped,
+      &req->route, &req->params, &req->n_params, NULL);
   if (req->route_result == WEFT_HTTP_ROUTE_BAD_METHOD)
     {
       /* Rare: match again, collecting the Allow list. */
       req->allow = g_string_new (NULL);
-      weft_http_router_match (hc->server->router, req->method, req->path, &req->route,
-                              &req->params, &req->n_params, req->allow);
+      weft_http_router_match_sized (hc->server->router, req->method, head->method.len,
+                                    req->path, head->path.len, escaped, &req->route,
+                                    &req->params, &req->n_params, req->allow);
     }
   req->stream_body = req->route != NULL &&
                      (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);

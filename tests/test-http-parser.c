@@ -38,6 +38,12 @@ static const Row rows[] = {
   /* The query starts at the first '?'; later ones are part of it. */
   OK ("query-two-marks", "GET /a/path/longer/than/sixteen?x=?&y?z HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/a/path/longer/than/sixteen", "x=?&y?z", "a", -1, 0, 1),
   OK ("query-empty", "GET /p? HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/p", "", "a", -1, 0, 1),
+  /* Escapes: the path's are reported (path_escaped), the query's and an
+   * absolute target's authority's are not. */
+  OK ("path-escaped", "GET /a%20b/longer/than/sixteen%2F?x=%41&y?%42 HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/a%20b/longer/than/sixteen%2F", "x=%41&y?%42", "a", -1, 0, 1),
+  OK ("query-escaped", "GET /a/path/longer/than/sixteen?%41%42%43%44%45%46%47%48 HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/a/path/longer/than/sixteen", "%41%42%43%44%45%46%47%48", "a", -1, 0, 1),
+  OK ("absolute-form-host-escaped", "GET http://a%2Db/x?%41 HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/x", "%41", "a%2Db", -1, 0, -1),
+  OK ("absolute-form-both-escaped", "GET http://a%2Db/x%41 HTTP/1.1\r\nHost: other\r\n\r\n", NULL, "/x%41", "", "a%2Db", -1, 0, -1),
   OK ("http10-no-host", "GET / HTTP/1.0\r\n\r\n", "GET", "/", "", "", WEFT_HTTP_BODY_NONE, 0, 0),
   OK ("http10-keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", "GET", "/", NULL, NULL, -1, 0, 1),
   OK ("connection-close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", NULL, NULL, NULL, NULL, -1, 0, 0),
@@ -222,6 +228,7 @@ check_row (gconstpointer data)
         g_assert_true (slice_is (req.path, row->path));
       if (row->query != NULL)
         g_assert_true (slice_is (req.query, row->query));
+      g_assert_cmpint (req.path_escaped, ==, memchr (req.path.ptr, '%', req.path.len) != NULL);
       if (row->host != NULL)
         g_assert_true (slice_is (req.host, row->host));
       if (row->body >= 0)
