@@ -164,7 +164,7 @@ request_alloc (HttpConn *hc, gboolean one_alloc)
   req->hc = weft_http_conn_ref (hc);
   req->method = req->path = req->query = "";
   req->resp_fd = -1;
-  g_queue_init (&req->stream_q);
+  /* (stream_q: all zero is G_QUEUE_INIT, no g_queue_init() call.) */
   return req;
 }
 

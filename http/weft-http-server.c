@@ -937,13 +937,15 @@ stop_sweep (WeftHttpServer *self)
  * every slice is a separator (SP, '?', ':', CR or whitespace) the request
  * no longer needs, so it becomes the NUL. A slice that does not point into
  * the head (the parser's literal "/" for "http://host") gives @fallback. */
-static const char *
+static inline const char *
 cut (WeftHttpRequest *req, const char *buf, gsize head_len, WeftHttpSlice s,
      const char *fallback)
 {
-  if (s.ptr < buf || s.ptr > buf + head_len || (gsize) (s.ptr - buf) + s.len > head_len)
+  /* Compared as unsigned: a slice before @buf wraps to a large offset. */
+  gsize off = (gsize) ((guintptr) s.ptr - (guintptr) buf);
+  if (off > head_len || s.len > head_len - off)
     return fallback;
-  char *p = req->head + (s.ptr - buf);
+  char *p = req->head + off;
   p[s.len] = '\0';
   return p;
 }
@@ -960,26 +962,29 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
   req->start_us = now;
   memcpy (req->head, buf, head_len);
   req->head[head_len] = '\0';
-  /* Rebase the header slices onto the copy, then cut every slice out in
-   * place (no slice starts at another's terminator). */
+  /* Rebase the header slices onto the copy and cut every slice out in
+   * place (no slice starts at another's terminator). One pass, the
+   * parser's slices read into locals first: the terminators are char
+   * stores, which the compiler must assume may change them. */
+  const WeftHttpHeader *from = head->headers;
+  WeftHttpHeader *to = req->headers;
+  char *copy = req->head;
   for (gsize i = 0; i < n; i++)
     {
-      req->headers[i].name.ptr = req->head + (head->headers[i].name.ptr - buf);
-      req->headers[i].name.len = head->headers[i].name.len;
-      req->headers[i].value.ptr = req->head + (head->headers[i].value.ptr - buf);
-      req->headers[i].value.len = head->headers[i].value.len;
+      WeftHttpHeader h = from[i];
+      char *name = copy + (h.name.ptr - buf);
+      char *value = copy + (h.value.ptr - buf);
+      to[i].name.ptr = name;
+      to[i].name.len = h.name.len;
+      to[i].value.ptr = value;
+      to[i].value.len = h.value.len;
+      name[h.name.len] = '\0';
+      value[h.value.len] = '\0';
     }
   req->n_headers = n;
   req->method = cut (req, buf, head_len, head->method, "");
   req->path = cut (req, buf, head_len, head->path, "/");
   req->query = cut (req, buf, head_len, head->query, "");
-  for (gsize i = 0; i < n; i++)
-    {
-      char *name = (char *) req->headers[i].name.ptr;
-      char *value = (char *) req->headers[i].value.ptr;
-      name[req->headers[i].name.len] = '\0';
-      value[req->headers[i].value.len] = '\0';
-    }
   req->minor = head->minor_version;
   req->keep_alive = head->keep_alive && !hc->closing;
   req->client_close = !head->keep_alive;
