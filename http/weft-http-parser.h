@@ -60,9 +60,9 @@ typedef struct {
   WeftHttpSlice method;
   WeftHttpSlice target;
   WeftHttpTargetForm form;
+  gboolean path_escaped;   /* path holds a '%' (the target's scan saw it) */
   WeftHttpSlice path;      /* origin/absolute form: up to '?' (no decoding) */
   WeftHttpSlice query;     /* after '?', without it; len 0 if none */
-  gboolean path_escaped;   /* path holds a '%' (the target's scan saw it) */
   WeftHttpSlice host;      /* the Host header (or the absolute target's authority) */
   guint minor_version;     /* HTTP/1.minor; 1.2+ is treated as 1.1 */
   WeftHttpHeader *headers; /* the caller's array */

@@ -249,18 +249,19 @@ typedef struct {
 static inline gboolean
 bytes_equal (const char *a, const char *b, gsize n)
 {
-  if (n >= 8)
+  /* Shortest first: "/" and "GET" are the usual ones. */
+  if (n < 4)
     {
-      if (n > 16)
-        return memcmp (a, b, n) == 0;
-      guint64 a0, b0, a1, b1;
-      memcpy (&a0, a, 8);
-      memcpy (&b0, b, 8);
-      memcpy (&a1, a + n - 8, 8);
-      memcpy (&b1, b + n - 8, 8);
+      if (n < 2)
+        return n == 0 || a[0] == b[0];
+      guint16 a0, b0, a1, b1;
+      memcpy (&a0, a, 2);
+      memcpy (&b0, b, 2);
+      memcpy (&a1, a + n - 2, 2);
+      memcpy (&b1, b + n - 2, 2);
       return ((a0 ^ b0) | (a1 ^ b1)) == 0;
     }
-  if (n >= 4)
+  if (n < 8)
     {
       guint32 a0, b0, a1, b1;
       memcpy (&a0, a, 4);
@@ -269,16 +270,14 @@ bytes_equal (const char *a, const char *b, gsize n)
       memcpy (&b1, b + n - 4, 4);
       return ((a0 ^ b0) | (a1 ^ b1)) == 0;
     }
-  if (n >= 2)
-    {
-      guint16 a0, b0, a1, b1;
-      memcpy (&a0, a, 2);
-      memcpy (&b0, b, 2);
-      memcpy (&a1, a + n - 2, 2);
-      memcpy (&b1, b + n - 2, 2);
-      return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-    }
-  return n == 0 || a[0] == b[0];
+  if (n > 16)
+    return memcmp (a, b, n) == 0;
+  guint64 a0, b0, a1, b1;
+  memcpy (&a0, a, 8);
+  memcpy (&b0, b, 8);
+  memcpy (&a1, a + n - 8, 8);
+  memcpy (&b1, b + n - 8, 8);
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
 }
 
 /* 1: the path (@len bytes) matches (raw values of the params in @vals),
