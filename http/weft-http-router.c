@@ -300,19 +300,19 @@ path_matches (const WeftHttpRoute *r, const char *path, gsize len, Raw *vals, GS
         return 0;
       p++;
       const char *e = strchrnul (p, '/');
-      gsize len = (gsize) (e - p);
+      gsize seg_len = (gsize) (e - p);
       const Segment *s = &r->segs[i];
       if (s->param)
         {
-          if (len == 0)
+          if (seg_len == 0)
             return 0;
           vals[k].ptr = p;
-          vals[k].len = len;
+          vals[k].len = seg_len;
           k++;
         }
       else
         {
-          int eq = segment_equals (p, len, s, scratch);
+          int eq = segment_equals (p, seg_len, s, scratch);
           if (eq <= 0)
             return eq;
         }
