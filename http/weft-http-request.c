@@ -92,15 +92,18 @@ reason (guint status)
   return reason_len (status, &len);
 }
 
-/* The Date header's value, formatted once a second per thread (the C
- * locale's names, whatever the process locale): always HTTP_DATE_LEN
- * bytes (IMF-fixdate, RFC 9110 §5.6.7; years 1000-9999). */
+/* The Date header's line, "\r\nDate: " and the value and "\r\n" (what
+ * ends the status line and the line itself, copied in one fixed-size
+ * copy), formatted once a second per thread (the C locale's names,
+ * whatever the process locale): the value is always HTTP_DATE_LEN bytes
+ * (IMF-fixdate, RFC 9110 §5.6.7; years 1000-9999). */
 #define HTTP_DATE_LEN 29
+#define DATE_LINE_LEN (8 + HTTP_DATE_LEN + 2)
 static const char *
-http_date (void)
+http_date_line (void)
 {
   static _Thread_local WEFT_TLS_IE time_t cached_sec = -1;
-  static _Thread_local WEFT_TLS_IE char buf[40];
+  static _Thread_local WEFT_TLS_IE char buf[48];
   time_t now = time (NULL);
   if (now != cached_sec)
     {
@@ -109,10 +112,10 @@ http_date (void)
                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
       struct tm tm;
       gmtime_r (&now, &tm);
-      snprintf (buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
-                tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-                tm.tm_sec);
-      g_assert (strlen (buf) == HTTP_DATE_LEN);
+      snprintf (buf, sizeof buf, "\r\nDate: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+                days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
+                tm.tm_min, tm.tm_sec);
+      g_assert (strlen (buf) == DATE_LINE_LEN);
       cached_sec = now;
     }
   return buf;
@@ -304,27 +307,49 @@ weft_http_request_drop (WeftHttpRequest *req)
 
 /* ---- answers ------------------------------------------------------------ */
 
-/* Appends decimal @v at @p; returns the end. */
-static char *
+/* "00" to "99": two digits a step. */
+static const char digit_pairs[201] =
+  "00010203040506070809" "10111213141516171819" "20212223242526272829"
+  "30313233343536373839" "40414243444546474849" "50515253545556575859"
+  "60616263646566676869" "70717273747576777879" "80818283848586878889"
+  "90919293949596979899";
+
+/* Appends decimal @v at @p; returns the end. Counted first, so that the
+ * digits go in place from the last back (no copy from a scratch array),
+ * two a division. */
+static inline char *
 put_u64 (char *p, guint64 v)
 {
-  char tmp[24];
-  int n = 0;
-  do
+  gsize n = 1;
+  for (guint64 lim = 10; n < 20 && v >= lim; lim *= 10)
+    n++;
+  char *end = p + n;
+  p = end;
+  while (v >= 100)
     {
-      tmp[n++] = (char) ('0' + v % 10);
-      v /= 10;
+      p -= 2;
+      memcpy (p, digit_pairs + 2 * (v % 100), 2);
+      v /= 100;
     }
-  while (v != 0);
-  while (n > 0)
-    *p++ = tmp[--n];
-  return p;
+  if (v >= 10)
+    memcpy (p - 2, digit_pairs + 2 * v, 2);
+  else
+    p[-1] = (char) ('0' + v);
+  return end;
 }
 
-static char *
+/* The copies of a length known only here: memcpy() calls, but two
+ * overlapping words for 8 to 16 bytes (a Content-Type, a small body). */
+static inline char *
 put (char *p, const char *s, gsize n)
 {
-  memcpy (p, s, n);
+  if (__builtin_constant_p (n) || n < 8 || n > 16)
+    memcpy (p, s, n);
+  else
+    {
+      memcpy (p, s, 8);
+      memcpy (p + n - 8, s + n - 8, 8);
+    }
   return p + n;
 }
 
@@ -355,30 +380,38 @@ header_is_servers (const char *name)
          g_ascii_strcasecmp (name, "Date") == 0;
 }
 
+/* A byte's high bit flags each byte of @x below 0x20 (a tab included) or
+ * DEL. Borrows make false flags only beside a true one, so "none
+ * flagged" is exact. */
+static inline guint64
+ctl_flags (guint64 x)
+{
+  const guint64 ones = G_GUINT64_CONSTANT (0x0101010101010101);
+  guint64 del = x ^ (ones * 0x7f);
+  return ((x - ones * 0x20) & ~x) | ((del - ones) & ~del);
+}
+
 /* The length of a header value, or -1 if it holds a control character
  * other than tab. */
-static gssize
+static inline gssize
 header_value_len (const char *s)
 {
   /* Per answer (the Content-Type): 8 bytes at a time when nothing below
-   * 0x20 (a tab included) nor DEL is there. Borrows make false flags
-   * only beside a true one, so "none flagged" is exact. */
+   * 0x20 (a tab included) nor DEL is there. */
   gsize n = strlen (s);
   if (n >= 8)
     {
-      const guint64 ones = G_GUINT64_CONSTANT (0x0101010101010101);
-      const guint64 highs = ones << 7;
-      guint64 flags = 0, x;
-      for (gsize i = 0; i + 8 < n; i += 8)
+      /* The first and last words, then those between (none up to 16). */
+      guint64 x, y;
+      memcpy (&x, s, 8);
+      memcpy (&y, s + n - 8, 8);
+      guint64 flags = ctl_flags (x) | ctl_flags (y);
+      for (gsize i = 8; i + 8 < n; i += 8)
         {
           memcpy (&x, s + i, 8);
-          guint64 del = x ^ (ones * 0x7f);
-          flags |= ((x - ones * 0x20) & ~x) | ((del - ones) & ~del);
+          flags |= ctl_flags (x);
         }
-      memcpy (&x, s + n - 8, 8);
-      guint64 del = x ^ (ones * 0x7f);
-      flags |= ((x - ones * 0x20) & ~x) | ((del - ones) & ~del);
-      if ((flags & highs) == 0)
+      if ((flags & (G_GUINT64_CONSTANT (0x0101010101010101) << 7)) == 0)
         return (gssize) n;
     }
   const guchar *p = (const guchar *) s;
@@ -453,23 +486,25 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
 
   gsize why_len;
   const char *why = reason_len (status, &why_len);
-  const char *date = http_date ();
-  gsize date_len = HTTP_DATE_LEN;
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
-  gsize cap = 9 + 4 + why_len + 2 + 6 + date_len + 2 + (14 + (gsize) ct_len + 2) + (16 + 20 + 2) + 28 +
+  gsize cap = 9 + 4 + why_len + DATE_LINE_LEN + (14 + (gsize) ct_len + 2) + (16 + 20 + 2) + 28 +
               extra_len + 24 + 2 + inline_len;
   /* A response is built once (claim()); the spare room is used at most once. */
   char *buf = cap <= req->resp_spare_len ? req->resp_spare : g_malloc (cap);
   char *p = buf;
-  p = PUT_LIT (p, "HTTP/1.1 ");
-  *p++ = (char) ('0' + status / 100);
-  *p++ = (char) ('0' + status / 10 % 10);
-  *p++ = (char) ('0' + status % 10);
-  *p++ = ' ';
-  p = put (p, why, why_len);
-  p = PUT_LIT (p, "\r\nDate: ");
-  p = put (p, date, date_len);
-  p = PUT_LIT (p, "\r\n");
+  if (G_LIKELY (status == 200))
+    p = PUT_LIT (p, "HTTP/1.1 200 OK");
+  else
+    {
+      p = PUT_LIT (p, "HTTP/1.1 ");
+      *p++ = (char) ('0' + status / 100);
+      *p++ = (char) ('0' + status / 10 % 10);
+      *p++ = (char) ('0' + status % 10);
+      *p++ = ' ';
+      p = put (p, why, why_len);
+    }
+  /* The status line's end and the Date line, in one copy. */
+  p = put (p, http_date_line (), DATE_LINE_LEN);
   if (content_type != NULL)
     {
       p = PUT_LIT (p, "Content-Type: ");
