@@ -702,6 +702,28 @@ weft_http_request_ref (WeftHttpRequest *self)
   return self;
 }
 
+/* What weft_http_request_unref() frees of the fields most requests leave
+ * unset. */
+static void
+request_free_rare (WeftHttpRequest *self)
+{
+  if (self->in_body != NULL)
+    g_byte_array_unref (self->in_body); /* cut off while it arrived */
+  if (self->extra != NULL)
+    g_string_free (self->extra, TRUE);
+  if (self->allow != NULL)
+    g_string_free (self->allow, TRUE);
+  if (self->params != NULL)
+    weft_http_params_free (self->params, self->n_params);
+  GHashTable *q = atomic_load (&self->query_table);
+  if (q != NULL)
+    g_hash_table_unref (q);
+  if (self->resp_body != NULL)
+    g_bytes_unref (self->resp_body);
+  if (!g_queue_is_empty (&self->stream_q))
+    g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
+}
+
 /**
  * weft_http_request_unref:
  * @self: (transfer full) (nullable): a request
@@ -718,28 +740,21 @@ weft_http_request_unref (WeftHttpRequest *self)
   if (!g_atomic_int_dec_and_test (&self->ref_count))
     return;
   HttpConn *hc = self->hc;
-  weft_http_stream_release (self);
+  /* Most requests have no notify to run (clearing the fields is moot here). */
+  if (self->body_notify != NULL || self->producer_notify != NULL)
+    weft_http_stream_release (self);
   if (!headers_inline (self))
     g_free (self->headers); /* with the head's bytes */
   if (self->body != NULL && self->body != weft__http_empty_body)
     g_bytes_unref (self->body);
-  if (self->in_body != NULL)
-    g_byte_array_unref (self->in_body); /* cut off while it arrived */
-  if (self->extra != NULL)
-    g_string_free (self->extra, TRUE);
-  if (self->allow != NULL)
-    g_string_free (self->allow, TRUE);
-  weft_http_params_free (self->params, self->n_params);
-  GHashTable *q = atomic_load (&self->query_table);
-  if (q != NULL)
-    g_hash_table_unref (q);
+  /* Nor any of these: one test for all, ORed (no branch per field). */
+  if (((guintptr) self->in_body | (guintptr) self->extra | (guintptr) self->allow |
+       (guintptr) self->params | (guintptr) atomic_load (&self->query_table) |
+       (guintptr) self->resp_body | (guintptr) self->stream_q.head) != 0)
+    request_free_rare (self);
   free_resp_head (self);
-  if (self->resp_body != NULL)
-    g_bytes_unref (self->resp_body);
   if (self->resp_fd >= 0)
     close (self->resp_fd);
-  if (!g_queue_is_empty (&self->stream_q))
-    g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
   request_free (self);
   weft_http_conn_unref (hc);
 }
