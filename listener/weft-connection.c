@@ -198,7 +198,7 @@ static gboolean on_fd (gint fd, GIOCondition condition, gpointer user_data);
 static void flush (WeftConnection *self);
 static void arm_write_check (WeftConnection *self);
 static void update_interest (WeftConnection *self);
-static void queued (WeftConnection *self);
+static inline void queued (WeftConnection *self);
 static void close_flushed (WeftConnection *self);
 static void discard_input (WeftConnection *self);
 static void deliver_buffered_job (gpointer data);
@@ -1181,14 +1181,10 @@ can_write (WeftConnection *self)
   return !self->closed && !self->closing && !self->write_shutdown;
 }
 
-/* After queueing: flush now unless a flush is coming anyway (the fd
- * callback flushes when it returns) or we are not on a worker. */
+/* queued()'s flush now. */
 static void
-queued (WeftConnection *self)
+queued_flush (WeftConnection *self)
 {
-  check_high_water (self);
-  if (self->in_fd_callback || self->corked)
-    return;
   /* A failed flush closes the connection, and the CLOSED handler may drop
    * the caller's last reference: hold one of our own. */
   weft_connection_ref (self);
@@ -1201,6 +1197,19 @@ queued (WeftConnection *self)
   if (!self->closed)
     update_interest (self);
   weft_connection_unref (self);
+}
+
+/* After queueing: flush now unless a flush is coming anyway (the fd
+ * callback flushes when it returns) or we are not on a worker. Inline:
+ * for a write in the fd callback or corked (each pipelined answer), the
+ * tests are all there is. */
+static inline void
+queued (WeftConnection *self)
+{
+  check_high_water (self);
+  if (self->in_fd_callback || self->corked)
+    return;
+  queued_flush (self);
 }
 
 /**
