@@ -484,8 +484,8 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
   else if (req->resp_fd >= 0)
     req->bytes_out = req->resp_len;
 
-  gsize why_len;
-  const char *why = reason_len (status, &why_len);
+  gsize why_len = 2;
+  const char *why = status == 200 ? "OK" : reason_len (status, &why_len);
   gsize extra_len = req->extra != NULL ? req->extra->len : 0;
   gsize cap = 9 + 4 + why_len + DATE_LINE_LEN + (14 + (gsize) ct_len + 2) + (16 + 20 + 2) + 28 +
               extra_len + 24 + 2 + inline_len;
