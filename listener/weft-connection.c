@@ -149,7 +149,6 @@ struct _WeftConnection {
   guint tls_write_wants_in : 1;
   guint drained : 1;          /* no unread bytes in the socket, as of the last
                                * read: the edge-triggered fd reports new ones */
-  guint last_read_short : 1;  /* the last plain read() did not fill its room */
   guint read_more_posted : 1;
   guint in_write_call : 1;    /* flushing from weft_connection_write() & co. */
   guint drained_posted : 1;   /* a drained_job is pending and still due */
@@ -202,8 +201,8 @@ static inline void queued (WeftConnection *self);
 static void close_flushed (WeftConnection *self);
 static void discard_input (WeftConnection *self);
 static void deliver_buffered_job (gpointer data);
-static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
-                     gsize len);
+static inline __attribute__ ((always_inline)) void
+deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data, gsize len);
 static void fail (WeftConnection *self, GError *error);
 static void finish_close (WeftConnection *self, gboolean abortive);
 static void drive_handshake (WeftConnection *self);
@@ -716,9 +715,6 @@ set_reader (WeftConnection *self, ReadMode mode, WeftConnectionReadFunc func,
   self->reader.notify = notify;
 }
 
-static void deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data,
-                     gsize len);
-
 /* Ends a stretch run as if in the fd callback: a lingering close begun
  * in it could not read yet (the scratch buffer was in use): read now. */
 static void
@@ -898,8 +894,9 @@ fail_literal (WeftConnection *self, GIOErrorEnum code, const char *message)
 
 /* Hands @data to the reader until it stops taking bytes, and keeps the
  * rest in rbuf. @data points into scratch (@owned NULL) or into @owned, a
- * heap buffer of @owned_cap bytes that deliver() takes over. */
-static void
+ * heap buffer of @owned_cap bytes that deliver() takes over. Inline: once
+ * per read, in do_reads(). */
+static inline __attribute__ ((always_inline)) void
 deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data, gsize len)
 {
   guint handovers = 0;
@@ -970,7 +967,8 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
 
   if (len == 0 || self->closed || self->closing)
     {
-      g_free (owned); /* (closing: no reader will come for it) */
+      if (owned != NULL) /* (a call saved per scratch read) */
+        g_free (owned); /* (closing: no reader will come for it) */
       return;
     }
   /* Keep the rest for the next reader, or for more bytes. The reader may
@@ -1006,10 +1004,11 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
 }
 
 /* Reads once: into the scratch buffer, or after the kept bytes. Returns
- * bytes read, 0 at end of file, -EAGAIN, or another -errno (error set). */
+ * bytes read, 0 at end of file, -EAGAIN, or another -errno (error set).
+ * @out_short: a plain read() that did not fill its room. */
 static gssize
 read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_len,
-           GError **error)
+           gboolean *out_short, GError **error)
 {
   guint8 *buf;
   gsize room;
@@ -1040,7 +1039,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
     {
       GIOCondition want = 0;
       n = weft__tls_read (tls_session (self), buf, room, &want, error);
-      self->last_read_short = FALSE; /* record-sized: says nothing */
+      *out_short = FALSE; /* record-sized: says nothing */
       if (n == WEFT_TLS_AGAIN)
         {
           self->tls_read_wants_out = (want & G_IO_OUT) != 0;
@@ -1055,7 +1054,7 @@ read_once (WeftConnection *self, guint8 **out_buf, gsize *out_cap, gsize *out_le
       do
         n = weft__sys_read (self->fd, buf, room);
       while (n < 0 && errno == EINTR);
-      self->last_read_short = n >= 0 && (gsize) n < room;
+      *out_short = (gsize) n < room; /* (only read when n > 0) */
       if (n < 0)
         {
           int err = errno;
@@ -1113,8 +1112,9 @@ do_reads (WeftConnection *self)
         return;
       guint8 *buf = NULL;
       gsize cap = 0, len = 0;
+      gboolean short_read;
       GError *error = NULL;
-      gssize n = read_once (self, &buf, &cap, &len, &error);
+      gssize n = read_once (self, &buf, &cap, &len, &short_read, &error);
       if (n == -EAGAIN)
         {
           /* Drained; or TLS wants to write first, and the OUT edge will
@@ -1122,7 +1122,6 @@ do_reads (WeftConnection *self)
           self->drained = TRUE;
           return;
         }
-      self->drained = FALSE;
       if (n == -ENOBUFS)
         {
           fail_literal (self, G_IO_ERROR_MESSAGE_TOO_LARGE,
@@ -1136,18 +1135,20 @@ do_reads (WeftConnection *self)
         }
       if (n == 0)
         {
+          self->drained = FALSE;
           handle_peer_closed (self);
           return;
         }
       touch (self);
       deliver (self, cap != 0 ? buf : NULL, cap, buf, len);
       /* A short read drained the socket (epoll reports anything that
-       * arrives later). TLS reads are record-sized: read on to EAGAIN. */
-      if (tls_session (self) == NULL && self->last_read_short && !self->fin_pending)
-        {
-          self->drained = TRUE;
-          return;
-        }
+       * arrives later). TLS reads are record-sized: read on to EAGAIN.
+       * (Written once per read: update_interest() looks at it only
+       * outside the fd callback, where the reader's callbacks run.) */
+      gboolean drained = short_read && tls_session (self) == NULL && !self->fin_pending;
+      self->drained = drained;
+      if (drained)
+        return;
     }
 }
 
