@@ -315,7 +315,8 @@ new_copy_chunk (gsize cap)
   return c;
 }
 
-static void
+/* Inline: a reply's chunk is freed once per request. */
+static inline void
 free_chunk (Chunk *c)
 {
   if (c->kind == CHUNK_BYTES)
@@ -1442,8 +1443,9 @@ weft_connection_is_write_blocked (WeftConnection *self)
   return self->above_high;
 }
 
-/* Sends what the socket takes. Returns FALSE if the connection failed. */
-static gboolean
+/* Sends what the socket takes. Returns FALSE if the connection failed.
+ * Inline: flush() is its only caller, once per reply. */
+static inline __attribute__ ((always_inline)) gboolean
 flush_plain (WeftConnection *self)
 {
   while (self->wq_head != NULL)
@@ -1493,12 +1495,19 @@ flush_plain (WeftConnection *self)
               iov[k].iov_len = p->len - p->off;
               k++;
             }
-          struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t) k };
           /* One buffer, the usual case for a reply: send() skips copying
-           * the msghdr and iovec into the kernel. */
+           * the msghdr and iovec into the kernel (and we skip filling
+           * the msghdr). */
           do
-            n = k == 1 ? weft__sys_send (self->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL)
-                       : weft__sys_sendmsg (self->fd, &msg, MSG_NOSIGNAL);
+            {
+              if (k == 1)
+                n = weft__sys_send (self->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+              else
+                {
+                  struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t) k };
+                  n = weft__sys_sendmsg (self->fd, &msg, MSG_NOSIGNAL);
+                }
+            }
           while (n < 0 && errno == EINTR);
           if (n > 0)
             {
@@ -1629,7 +1638,7 @@ flush (WeftConnection *self)
    * bytes after a count stuck at 255 (file_sent() sees file parts only). */
   if (self->wq_head == NULL)
     self->wq_files = 0;
-  if (self->wq_bytes < before)
+  if (self->ext != NULL && self->wq_bytes < before) /* (no ext, no idle timeout) */
     touch (self);
   if (self->above_high && self->wq_bytes <= low_water (self) &&
       self->wq_files <= MAX_QUEUED_FILES / 2)
@@ -1665,10 +1674,18 @@ flush (WeftConnection *self)
     }
 
 after:
-  /* The write timeout's timer runs only while output waits. */
-  if (!self->closed && self->wq_head != NULL && self->write_ms != 0 && self->write_id == 0)
-    arm_write_check (self);
-  if (self->closed || self->wq_head != NULL || self->handshaking)
+  if (self->closed)
+    return;
+  if (self->wq_head != NULL)
+    {
+      /* The write timeout's timer runs only while output waits. */
+      if (self->write_ms != 0 && self->write_id == 0)
+        arm_write_check (self);
+      return;
+    }
+  /* Flushed: the usual connection, neither closing nor half-closed, is
+   * done (the bits share a word: one test). */
+  if (!(self->closing || self->write_shutdown) || self->handshaking)
     return;
   if (self->closing)
     close_flushed (self);
