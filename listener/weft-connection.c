@@ -1519,6 +1519,13 @@ flush_plain (WeftConnection *self)
               gsize left = (gsize) n;
               self->wq_bytes -= left;
               self->sent_since_check = TRUE;
+              if (self->wq_bytes == 0)
+                {
+                  /* All of it, the usual reply (no file part either): no
+                   * sums per chunk. */
+                  drop_queue (self);
+                  return TRUE;
+                }
               while (left > 0)
                 {
                   Chunk *h = self->wq_head;
