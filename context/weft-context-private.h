@@ -344,7 +344,8 @@ gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 void weft__timeouts_dispatch (WeftContext *ctx);
 gboolean weft__timeout_detach_unlocked (WeftTimeoutSource *source);
 
-void weft__idles_dispatch (WeftContext *ctx);
+/* Runs the idle handlers; TRUE if any ran (and so may have queued work). */
+gboolean weft__idles_dispatch (WeftContext *ctx);
 gboolean weft__idle_detach_unlocked (WeftIdleSource *source);
 
 void weft__signal_source_raise (WeftSignalSource *source, WeftContext **local);

@@ -557,12 +557,14 @@ weft__context_run (WeftContext *self)
           weft__spin_wait (&spins); /* a producer is between its exchange and its link */
           continue;
         }
+      /* When no handler ran (a context that never had one: every readiness
+       * of a connection) this thread queued nothing meanwhile, and the
+       * looks below see what others did: no pop again first. */
       if (self->idles_due)
         {
           self->idles_due = FALSE;
-          if (!(atomic_load (&self->state) & WEFT_CTX_CLOSED))
-            weft__idles_dispatch (self);
-          continue;
+          if (!(atomic_load (&self->state) & WEFT_CTX_CLOSED) && weft__idles_dispatch (self))
+            continue;
         }
       /* Only for a stream from outside: more than one job posted by a
        * thread that runs no context callback (an application thread). A

@@ -23,23 +23,25 @@ weft__idle_detach_unlocked (WeftIdleSource *idle)
   return TRUE;
 }
 
-void
+gboolean
 weft__idles_dispatch (WeftContext *ctx)
 {
   GSList *dead = NULL;
+  gboolean ran = FALSE;
 
   /* No idle handler was ever added: nothing to look at (and no lock). A
    * handler added by another thread pushes a node after making sched, and
    * this runs after the pop of a node. */
   WeftContextSched *sched = atomic_load_explicit (&ctx->sched, memory_order_acquire);
   if (sched == NULL)
-    return;
+    return FALSE;
   WeftLock *lock = weft__context_lock (ctx);
   weft__lock_acquire (lock);
   /* Handlers added during this pass are appended and run in it too. */
   for (WeftIdleSource *idle = sched->idles; idle != NULL;)
     {
       idle->base.running = TRUE;
+      ran = TRUE;
       weft__lock_release (lock);
 
       weft__worker_count_job ();
@@ -64,6 +66,7 @@ weft__idles_dispatch (WeftContext *ctx)
   for (GSList *l = dead; l != NULL; l = l->next)
     weft__source_finalize (l->data);
   g_slist_free (dead);
+  return ran;
 }
 
 /**

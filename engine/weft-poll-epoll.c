@@ -80,22 +80,19 @@ weft__poll_events_from_condition (GIOCondition cond)
   return e;
 }
 
+/* Linux gives the five readiness bits GLib's values (both follow poll(2)),
+ * so a readiness converts with a mask instead of a test per bit: once per
+ * fd callback. */
+G_STATIC_ASSERT ((guint) EPOLLIN == G_IO_IN && (guint) EPOLLPRI == G_IO_PRI &&
+                 (guint) EPOLLOUT == G_IO_OUT && (guint) EPOLLERR == G_IO_ERR &&
+                 (guint) EPOLLHUP == G_IO_HUP);
+
 GIOCondition
 weft__poll_condition_from_events (guint32 events)
 {
-  GIOCondition c = 0;
-  if (events & (EPOLLIN | EPOLLRDHUP))
-    c |= G_IO_IN;
+  GIOCondition c = events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLERR | EPOLLHUP);
   if (events & EPOLLRDHUP)
-    c |= WEFT__IO_RDHUP; /* internal; edge-triggered owners need to know */
-  if (events & EPOLLOUT)
-    c |= G_IO_OUT;
-  if (events & EPOLLPRI)
-    c |= G_IO_PRI;
-  if (events & EPOLLERR)
-    c |= G_IO_ERR;
-  if (events & EPOLLHUP)
-    c |= G_IO_HUP;
+    c |= G_IO_IN | WEFT__IO_RDHUP; /* internal; edge-triggered owners need to know */
   return c;
 }
 
