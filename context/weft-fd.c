@@ -104,14 +104,23 @@ arm_unlocked (WeftFdSource *src)
                             src->events | (edge ? EPOLLET : 0), src->key, !edge);
 }
 
-static void
-fd_rearm_unlocked (WeftSource *base)
+static void __attribute__ ((noinline))
+fd_rearm_slow_unlocked (WeftFdSource *src)
 {
-  WeftFdSource *src = (WeftFdSource *) base;
   int r = arm_unlocked (src);
   if (r < 0)
     g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
                src->fd, g_strerror (-r));
+}
+
+/* arm_unlocked()'s test for an edge-triggered source inline: after most
+ * of their callbacks the interest is unchanged and there is no syscall. */
+static inline void
+fd_rearm_unlocked (WeftSource *base)
+{
+  WeftFdSource *src = (WeftFdSource *) base;
+  if (!(src->base.edge && src->armed == src->events))
+    fd_rearm_slow_unlocked (src);
 }
 
 void

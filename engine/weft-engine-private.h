@@ -259,11 +259,12 @@ WeftFdTable *weft__fdtable_new (void);
 void weft__fdtable_free (WeftFdTable *table);
 guint64 weft__fdtable_insert (WeftFdTable *table, WeftFdSource *source);
 void weft__fdtable_clear (WeftFdTable *table, guint64 key);
-/* Returns the source with a new reference taken, or NULL if stale. */
-WeftFdSource *weft__fdtable_lookup_ref (WeftFdTable *table, guint64 key);
-/* Cache hints for a batch of epoll events (see handle_events()): every
- * fd key's slot, then the source each names; no source is read. */
-void weft__fdtable_prefetch (WeftFdTable *table, const WeftPollEvent *ev, int n);
+/* Sets @src[i] to the source of @ev[i] with a new reference taken, or to
+ * NULL for the engine's own keys and stale ones; @n is at most
+ * WEFT_POLL_BATCH. A batch of more than one is looked up with cache hints,
+ * for the sources and for what pushing their readiness touches. */
+void weft__fdtable_lookup_batch (WeftFdTable *table, WeftEngine *engine, const WeftPollEvent *ev,
+                                 int n, WeftFdSource **src);
 
 /* ---- 4-ary min-heap of (deadline, owner) ------------------------------ */
 

@@ -19,7 +19,7 @@ typedef struct {
   atomic_int lock;
   guint32 gen;              /* HOLDS: lock */
   /* HOLDS: lock to write; NULL when free. Atomic (relaxed: a plain access
-   * on x86) only so that weft__fdtable_prefetch() may peek without it. */
+   * on x86) only so that weft__fdtable_lookup_batch() may peek without it. */
   WeftFdSource *_Atomic source;
 } Slot;
 
@@ -127,16 +127,22 @@ weft__fdtable_clear (WeftFdTable *t, guint64 key)
   weft__mutex_unlock (&t->lock);
 }
 
-WeftFdSource *
-weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
+/* The slot an epoll key names, or NULL for the engine's own keys (no
+ * generation) and for indices never allocated. */
+static inline Slot *
+slot_of_key (WeftFdTable *t, guint64 key)
 {
   guint32 index = (guint32) key;
-  if ((index >> CHUNK_BITS) >= MAX_CHUNKS)
+  if ((key >> 32) == 0 || (index >> CHUNK_BITS) >= MAX_CHUNKS)
     return NULL;
-  Slot *s = slot_at (t, index);
-  if (s == NULL)
-    return NULL;
+  return slot_at (t, index);
+}
 
+/* The slot's source with a new reference, if @key's generation is still
+ * the slot's. */
+static inline WeftFdSource *
+slot_ref (Slot *s, guint64 key)
+{
   WeftFdSource *src = NULL;
   slot_lock (s);
   if (s->gen == (guint32) (key >> 32))
@@ -151,30 +157,41 @@ weft__fdtable_lookup_ref (WeftFdTable *t, guint64 key)
 
 /* A batch of readiness for many connections finds their memory out of
  * cache, and each lookup, reference and push would wait for its own
- * misses in turn (the atomics serialise them). Hinting every slot of the
- * batch, then every source they name, lets the misses overlap. Hints
- * only: a stale or freed source is never read. */
+ * misses in turn (the atomics serialise them). So in rounds: hint every
+ * slot of the batch, then every source they name, then look each up
+ * (hinting its context and lock stripe for the push). Hints only: a
+ * stale or freed source is never read. Each slot is found once, in the
+ * first round, and kept for the lookup. */
 void
-weft__fdtable_prefetch (WeftFdTable *t, const WeftPollEvent *ev, int n)
+weft__fdtable_lookup_batch (WeftFdTable *t, WeftEngine *engine, const WeftPollEvent *ev, int n,
+                            WeftFdSource **src)
 {
   Slot *slots[WEFT_POLL_BATCH];
-  int m = 0;
-  for (int i = 0; i < n && m < (int) G_N_ELEMENTS (slots); i++)
+
+  g_assert (n <= (int) G_N_ELEMENTS (slots));
+  if (n == 1)
     {
-      guint32 index = (guint32) ev[i].key;
-      if ((ev[i].key >> 32) == 0 || (index >> CHUNK_BITS) >= MAX_CHUNKS)
-        continue;
-      Slot *s = slot_at (t, index);
-      if (s != NULL)
-        {
-          __builtin_prefetch (s, 1);
-          slots[m++] = s;
-        }
+      Slot *s = slot_of_key (t, ev[0].key);
+      src[0] = s != NULL ? slot_ref (s, ev[0].key) : NULL;
+      return;
     }
-  for (int i = 0; i < m; i++)
+  for (int i = 0; i < n; i++)
     {
-      WeftFdSource *src = atomic_load_explicit (&slots[i]->source, memory_order_relaxed);
-      if (src != NULL)
-        __builtin_prefetch (src, 1);
+      slots[i] = slot_of_key (t, ev[i].key);
+      if (slots[i] != NULL)
+        __builtin_prefetch (slots[i], 1);
+    }
+  for (int i = 0; i < n; i++)
+    if (slots[i] != NULL)
+      {
+        WeftFdSource *peek = atomic_load_explicit (&slots[i]->source, memory_order_relaxed);
+        if (peek != NULL)
+          __builtin_prefetch (peek, 1);
+      }
+  for (int i = 0; i < n; i++)
+    {
+      src[i] = slots[i] != NULL ? slot_ref (slots[i], ev[i].key) : NULL;
+      if (src[i] != NULL)
+        weft__fd_source_prefetch (src[i], engine);
     }
 }

@@ -22,11 +22,17 @@ weft__worker_current (void)
 }
 
 static inline void
-bump (_Atomic guint64 *counter)
+bump_by (_Atomic guint64 *counter, guint64 n)
 {
   /* Only this worker writes its counters: a load and a store, no RMW. */
-  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + 1,
+  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + n,
                          memory_order_relaxed);
+}
+
+static inline void
+bump (_Atomic guint64 *counter)
+{
+  bump_by (counter, 1);
 }
 
 void
@@ -121,21 +127,9 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
 
   g_assert (n <= (int) G_N_ELEMENTS (src));
   /* With many connections each one's slot, source, context and state are
-   * out of cache, and the lookups' and pushes' atomics would take their
-   * misses one after another. So in rounds: hint every slot, then every
-   * source, then look each up (hinting its context and owner), then push. */
-  if (n > 1)
-    weft__fdtable_prefetch (e->fdtable, ev, n);
-  for (int i = 0; i < n; i++)
-    {
-      src[i] = NULL;
-      if (ev[i].key >> 32)
-        {
-          src[i] = weft__fdtable_lookup_ref (e->fdtable, ev[i].key);
-          if (src[i] != NULL && n > 1)
-            weft__fd_source_prefetch (src[i], e);
-        }
-    }
+   * out of cache: the lookups hint them in rounds, before the pushes. */
+  weft__fdtable_lookup_batch (e->fdtable, e, ev, n, src);
+  guint fd_events = 0;
   for (int i = 0; i < n; i++)
     {
       guint64 key = ev[i].key;
@@ -143,7 +137,7 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
         {
           if (src[i] != NULL)
             {
-              bump (&w->counters.fd_events);
+              fd_events++;
               weft__fd_source_ready (src[i], ev[i].events, &local);
             }
           continue;
@@ -163,6 +157,8 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
           break;
         }
     }
+  /* Once per batch: the stats are summed with relaxed loads, no snapshot. */
+  bump_by (&w->counters.fd_events, fd_events);
   /* The first context made runnable here runs on this worker, with no
    * hand-off; any others went to the run queue and woke a sleeper. */
   if (local != NULL)
