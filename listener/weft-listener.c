@@ -763,6 +763,7 @@ address_missing_here (int err)
   return err == EADDRNOTAVAIL || err == EAFNOSUPPORT;
 }
 
+/* The TCP port @fd is bound to; 0 for other sockets. */
 static guint16
 bound_port (int fd)
 {
@@ -1161,15 +1162,8 @@ weft_listener_get_port (WeftListener *self, guint index)
   if (index < self->sockets->len)
     {
       ListenSocket *ls = self->sockets->pdata[index];
-      struct sockaddr_storage ss;
-      socklen_t len = sizeof ss;
-      if (ls->fd >= 0 && getsockname (ls->fd, (struct sockaddr *) &ss, &len) == 0)
-        {
-          if (ss.ss_family == AF_INET)
-            port = ntohs (((struct sockaddr_in *) &ss)->sin_port);
-          else if (ss.ss_family == AF_INET6)
-            port = ntohs (((struct sockaddr_in6 *) &ss)->sin6_port);
-        }
+      if (ls->fd >= 0)
+        port = bound_port (ls->fd);
     }
   pthread_mutex_unlock (&self->lock);
   return port;

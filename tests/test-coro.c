@@ -1474,18 +1474,15 @@ test_many_connections (void)
    * takes seconds (7.7 s on a loaded 2-CPU machine, near WT_DEADLINE_US,
    * and past it once in CI): wait while contexts are still being freed,
    * then for the idle engine as everywhere. Stuck, it still fails. */
-  guint64 left = G_MAXUINT64;
-  for (;;)
+  guint n_workers = weft_engine_get_n_workers (e.engine);
+  guint64 live;
+  do
     {
-      guint64 live = wt_stats (e.engine).n_contexts;
-      if (live >= left)
-        break;
-      left = live;
-      WT_WAIT_UNTIL (wt_stats (e.engine).n_contexts < left ||
-                     wt_stats (e.engine).n_sleeping == weft_engine_get_n_workers (e.engine));
-      if (wt_stats (e.engine).n_sleeping == weft_engine_get_n_workers (e.engine))
-        break;
+      live = wt_stats (e.engine).n_contexts;
+      WT_WAIT_UNTIL (wt_stats (e.engine).n_contexts < live ||
+                     wt_stats (e.engine).n_sleeping == n_workers);
     }
+  while (wt_stats (e.engine).n_contexts < live);
   wt_wait_engine_idle (e.engine);
   env_clear (&e);
 }

@@ -33,6 +33,23 @@ accept_echo (WeftListener *listener, WeftConnection *conn, gpointer user_data)
   wt_echo_setup (conn, NULL);
 }
 
+/* @l has one socket, on a port the system chose: starts it, echoes once
+ * through it, and checks that this was its first accept. */
+static void
+assert_serves_one (WeftListener *l, atomic_int *accepted)
+{
+  GError *error = NULL;
+  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_cmpuint (port, !=, 0);
+  g_assert_true (weft_listener_start (l, &error));
+  g_assert_no_error (error);
+  int fd = wt_connect_tcp (port);
+  echo_once (fd);
+  close (fd);
+  g_assert_cmpint (atomic_load (accepted), ==, 1);
+}
+
 static void
 test_tcp_port_zero (void)
 {
@@ -42,14 +59,7 @@ test_tcp_port_zero (void)
   GError *error = NULL;
   g_assert_true (weft_listener_add_address (l, "127.0.0.1:0", &error));
   g_assert_no_error (error);
-  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
-  guint16 port = weft_listener_get_port (l, 0);
-  g_assert_cmpuint (port, !=, 0);
-  g_assert_true (weft_listener_start (l, &error));
-  int fd = wt_connect_tcp (port);
-  echo_once (fd);
-  close (fd);
-  g_assert_cmpint (atomic_load (&accepted), ==, 1);
+  assert_serves_one (l, &accepted);
   g_assert_cmpuint (weft_listener_get_n_accepted (l), ==, 1);
   weft_listener_unref (l);
   weft_engine_unref (engine);
@@ -287,14 +297,7 @@ test_name_address_missing (void)
   const char *const missing_first[] = { missing[0], "127.0.0.1", NULL };
   g_assert_true (add_fake_name (l, missing_first, 0, &error));
   g_assert_no_error (error);
-  g_assert_cmpuint (weft_listener_get_n_sockets (l), ==, 1);
-  guint16 port = weft_listener_get_port (l, 0);
-  g_assert_cmpuint (port, !=, 0);
-  g_assert_true (weft_listener_start (l, &error));
-  int fd = wt_connect_tcp (port);
-  echo_once (fd);
-  close (fd);
-  g_assert_cmpint (atomic_load (&accepted), ==, 1);
+  assert_serves_one (l, &accepted);
 
   /* Every address missing: the first one's error, no socket. */
   const char *const all_missing[] = { missing[0], missing[1], NULL };
