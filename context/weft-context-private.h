@@ -297,6 +297,13 @@ void weft__context_push_ref (WeftContext *self, WeftNode *node, gboolean front,
 void weft__context_enqueue (WeftContext *self);
 /* Runs a claimed context; returns when it is released or requeued. */
 void weft__context_run (WeftContext *self);
+/* The direct way for one readiness of @source (the caller holds the fd
+ * table's reference): _claim_for_fd claims its idle context (FALSE: it is
+ * held or bound elsewhere, queue the readiness instead) and _run_fd runs
+ * the claimed context, that readiness first, then whatever its inbox got
+ * meanwhile. The reference goes to the run. */
+gboolean weft__context_claim_for_fd (WeftFdSource *source);
+void weft__context_run_fd (WeftFdSource *source, guint32 events);
 /* Drops everything queued on a claimed context without running it. */
 void weft__context_run_dropping (WeftContext *self);
 
@@ -329,16 +336,19 @@ void weft__source_ref (WeftSource *source);
 void weft__source_unref (WeftSource *source);
 /* Runs the callback of a source whose node was popped from the inbox,
  * holding the node's reference: skips it if removed (or @drop), then
- * removes it if @call returned FALSE, else lets @rearm_unlocked (nullable,
- * called under the context lock) re-arm it. Drops the node's reference. */
+ * removes it if @call (given @arg) returned FALSE, else lets
+ * @rearm_unlocked (nullable, called under the context lock) re-arm it.
+ * Drops the node's reference. */
 void weft__source_dispatch_queued (WeftSource *source, gboolean drop,
-                                   gboolean (*call) (WeftSource *source),
+                                   gboolean (*call) (WeftSource *source, guint32 arg), guint32 arg,
                                    void (*rearm_unlocked) (WeftSource *source));
 
 void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);
 /* Cache hints for the readiness of a referenced @source (weft-fd.c). */
 void weft__fd_source_prefetch (WeftFdSource *source, WeftEngine *engine);
 void weft__fd_source_dispatch (WeftFdSource *source, gboolean drop);
+/* The same for a readiness that was never queued: @events come with it. */
+void weft__fd_source_dispatch_direct (WeftFdSource *source, guint32 events, gboolean drop);
 gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 
 void weft__timeouts_dispatch (WeftContext *ctx);

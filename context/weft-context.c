@@ -508,8 +508,11 @@ linger (WeftContext *self, gint64 *until)
   return FALSE;
 }
 
-void
-weft__context_run (WeftContext *self)
+/* Runs a claimed context. @direct (nullable): a readiness of one of its fd
+ * sources, with the fd table's reference, to run first without passing
+ * through the inbox (weft__context_claim_for_fd()). */
+static inline __attribute__ ((always_inline)) void
+run (WeftContext *self, WeftFdSource *direct, guint32 direct_events)
 {
   WeftContext *prev = tls_current;
   guint budget = RUN_BUDGET;
@@ -523,6 +526,14 @@ weft__context_run (WeftContext *self)
   gint64 time_after = prev != NULL ? WEFT_CB_TIME_UNSET : WEFT_CB_TIME_OFF;
 
   tls_current = self;
+  if (direct != NULL)
+    {
+      weft__cb_time_set (WEFT_CB_TIME_UNSET); /* a callback starts */
+      weft__fd_source_dispatch_direct (direct, direct_events,
+                                       atomic_load_explicit (&self->closed, memory_order_relaxed));
+      self->idles_due = TRUE;
+      budget--;
+    }
   for (;;)
     {
       WeftNode *n = pop (self);
@@ -592,6 +603,44 @@ weft__context_run (WeftContext *self)
         return;
       tls_current = self;
     }
+}
+
+void
+weft__context_run (WeftContext *self)
+{
+  run (self, NULL, 0);
+}
+
+/* An idle context is claimed here for one readiness, which then runs at
+ * once on this worker (weft__context_run_fd()). The queued way costs a
+ * push and a pop on the context's inbox and, for all but one context of a
+ * poll batch, on the engine's run queue: six locked instructions more per
+ * readiness, at ~10 ns each on these machines about a tenth of what the
+ * HTTP server spends in user space per request. Not taken for a context
+ * that is held (running, queued, not yet dispatched: its holder will see
+ * the node in the inbox), runs on a GMainContext, or belongs to a dead
+ * engine; nor while @src has a node in the inbox (a readiness then joins
+ * it, as before, instead of overtaking it). */
+gboolean
+weft__context_claim_for_fd (WeftFdSource *src)
+{
+  WeftContext *self = src->base.ctx;
+  if (self->main_queue != NULL ||
+      atomic_load_explicit (&self->engine->dead, memory_order_relaxed) ||
+      atomic_load_explicit (&src->base.queued, memory_order_relaxed))
+    return FALSE;
+  /* The same claim as push()'s, then the reference that goes with it. */
+  if ((atomic_load (&self->state) & WEFT_CTX_SCHEDULED) ||
+      (atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED) & WEFT_CTX_SCHEDULED))
+    return FALSE;
+  weft__context_internal_ref (self);
+  return TRUE;
+}
+
+void
+weft__context_run_fd (WeftFdSource *src, guint32 events)
+{
+  run (src->base.ctx, src, events);
 }
 
 void

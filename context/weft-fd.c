@@ -71,11 +71,14 @@ weft__fd_source_detach_unlocked (WeftFdSource *src)
   return TRUE; /* drop the registration reference */
 }
 
+/* @events: a direct readiness's (weft__fd_source_dispatch_direct()), or 0
+ * for a queued node's, which are in revents. */
 static gboolean
-fd_call (WeftSource *base)
+fd_call (WeftSource *base, guint32 events)
 {
   WeftFdSource *src = (WeftFdSource *) base;
-  guint32 events = atomic_exchange (&src->revents, 0);
+  if (events == 0)
+    events = atomic_exchange (&src->revents, 0);
   /* A readiness that arrived while the previous dispatch was between
    * clearing queued and taking revents was delivered then; this run of the
    * node has nothing left to report. */
@@ -127,7 +130,17 @@ void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
   atomic_store (&src->base.queued, 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, fd_rearm_unlocked);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, 0, fd_rearm_unlocked);
+}
+
+/* Never queued, so queued and revents are not this readiness's: a
+ * readiness that comes while the callback runs queues the node as usual
+ * and is delivered after it. */
+void
+weft__fd_source_dispatch_direct (WeftFdSource *src, guint32 events, gboolean drop)
+{
+  g_assert (events != 0);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked);
 }
 
 static void

@@ -24,7 +24,7 @@ weft__signal_source_detach_unlocked (WeftSignalSource *src)
 }
 
 static gboolean
-signal_call (WeftSource *base)
+signal_call (WeftSource *base, guint32 unused)
 {
   return ((WeftSignalFunc) base->func) (((WeftSignalSource *) base)->signum, base->user_data);
 }
@@ -33,7 +33,7 @@ void
 weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
 {
   atomic_store (&src->base.queued, 0);
-  weft__source_dispatch_queued (&src->base, drop, signal_call, NULL);
+  weft__source_dispatch_queued (&src->base, drop, signal_call, 0, NULL);
 }
 
 /**

@@ -68,7 +68,8 @@ weft__source_unref (WeftSource *source)
 }
 
 void
-weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (WeftSource *),
+weft__source_dispatch_queued (WeftSource *src, gboolean drop,
+                              gboolean (*call) (WeftSource *, guint32), guint32 arg,
                               void (*rearm_unlocked) (WeftSource *))
 {
   WeftContext *ctx = src->ctx;
@@ -85,7 +86,7 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop, gboolean (*call) (
   weft__lock_release (lock);
 
   weft__worker_count_job ();
-  gboolean keep = call (src);
+  gboolean keep = call (src, arg);
 
   gboolean finalize = FALSE;
   weft__lock_acquire (lock);

@@ -136,12 +136,32 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
    * out of cache: the lookups hint them in rounds, before the pushes. */
   weft__fdtable_lookup_batch (e->fdtable, e, ev, n, src);
   guint fd_events = 0;
+  /* A readiness whose context is idle runs without queueing (see
+   * weft__context_claim_for_fd()). With one worker every such readiness
+   * runs here at once, in batch order: there is nobody to hand any to.
+   * With more, only the first does, after the others are queued for the
+   * workers the queueing wakes, in place of the local context below. */
+  gboolean all_direct = e->n_workers == 1;
+  WeftFdSource *direct = NULL;
+  guint32 direct_events = 0;
   for (int i = 0; i < n; i++)
     {
       if (src[i] != NULL)
         {
           fd_events++;
-          weft__fd_source_ready (src[i], ev[i].events, &local);
+          if ((all_direct || (direct == NULL && local == NULL)) &&
+              weft__context_claim_for_fd (src[i]))
+            {
+              if (all_direct)
+                weft__context_run_fd (src[i], ev[i].events);
+              else
+                {
+                  direct = src[i];
+                  direct_events = ev[i].events;
+                }
+              continue;
+            }
+          weft__fd_source_ready (src[i], ev[i].events, direct == NULL ? &local : NULL);
           continue;
         }
       guint64 key = ev[i].key;
@@ -153,10 +173,10 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
           atomic_store (&e->wake_pending, 0);
           break;
         case WEFT_KEY_TIMER:
-          weft__timers_expire (e, &local);
+          weft__timers_expire (e, direct == NULL ? &local : NULL);
           break;
         case WEFT_KEY_SIGNAL:
-          weft__signals_read (e, &local);
+          weft__signals_read (e, direct == NULL ? &local : NULL);
           break;
         default: /* WEFT_KEY_STOP: the loop checks e->stopping */
           break;
@@ -166,14 +186,17 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
   bump_by (&w->counters.fd_events, fd_events);
   /* The first context made runnable here runs on this worker, with no
    * hand-off; any others went to the run queue and woke a sleeper. */
-  if (local != NULL)
+  if (local != NULL || direct != NULL)
     {
       /* This worker is about to be busy with @local: if it consumed the wake
        * (or other runnables were queued while a wake was pending), pass the
        * baton before running it. */
       if (atomic_load (&e->n_sleeping) > 0 && weft__engine_runq_nonempty (e))
         weft__engine_wake (e);
-      weft__context_run (local);
+      if (direct != NULL)
+        weft__context_run_fd (direct, direct_events);
+      else
+        weft__context_run (local);
     }
 }
 

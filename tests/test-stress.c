@@ -11,7 +11,10 @@
  */
 #include "weft-test-util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define N_PRODUCERS 8
 #define N_MUTATORS 2
@@ -454,10 +457,280 @@ test_post_remove_unref (void)
   S.engine = NULL;
 }
 
+/* ---- fd readiness under removal and destruction ------------------------ */
+
+/* Readiness of a context with no queued work runs on the worker that polled
+ * it, without the inbox (all of them with one worker, the first of a batch
+ * with more): these run the fd sources of many contexts under writes while
+ * other threads remove sources, destroy and replace contexts and post jobs
+ * into them. */
+
+#define FD_CONTEXTS 64
+#define FD_WRITERS 3
+#define FD_MUTATORS 2
+#define FD_PER_CONTEXT 3
+
+/* A watched pipe. References: its source (dropped by the notify) and each
+ * writer while it writes; the last one closes both ends, so a write never
+ * reaches a number reused by another pipe. */
+typedef struct {
+  atomic_int refs;
+  int rd, wr;
+  CtxState *state;              /* the context's: overlap with its jobs */
+  atomic_int notified;
+  atomic_int removed_done;      /* set once weft_context_remove() returned */
+  atomic_int late;              /* callbacks that came in after that */
+  atomic_int drop_next;         /* the callback returns G_SOURCE_REMOVE */
+} FdPipe;
+
+typedef struct {
+  pthread_mutex_t lock;
+  WeftContext *ctx;             /* HOLDS: lock */
+  CtxState *state;              /* HOLDS: lock */
+  FdPipe *pipe[FD_PER_CONTEXT]; /* HOLDS: lock; with a reference */
+  guint id[FD_PER_CONTEXT];     /* HOLDS: lock; 0: none */
+} FdSlot;
+
+static struct {
+  WeftEngine *engine;
+  FdSlot slots[FD_CONTEXTS];
+  atomic_bool done;
+  _Atomic guint64 added, notified, calls, bytes_read, removes, replaced, jobs_posted, jobs_done;
+  atomic_int overlap, after_remove, twice;
+} F;
+
+static FdPipe *
+fdpipe_ref (FdPipe *p)
+{
+  atomic_fetch_add (&p->refs, 1);
+  return p;
+}
+
+static void
+fdpipe_unref (FdPipe *p)
+{
+  if (atomic_fetch_sub (&p->refs, 1) != 1)
+    return;
+  close (p->rd);
+  close (p->wr);
+  state_unref (p->state);
+  g_free (p);
+}
+
+static gboolean
+fdpipe_cb (gint fd, GIOCondition cond, gpointer data)
+{
+  FdPipe *p = data;
+  /* weft_context_remove() from another thread: once it returned, no
+   * callback starts. One that had started (the library's dispatch began)
+   * may still come in here after the remover's flag; a second one may not. */
+  if (atomic_load (&p->removed_done) && atomic_fetch_add (&p->late, 1) >= 1)
+    atomic_fetch_add (&F.after_remove, 1);
+  enter (p->state);
+  char buf[256];
+  ssize_t n;
+  while ((n = read (fd, buf, sizeof buf)) > 0)
+    atomic_fetch_add (&F.bytes_read, (guint64) n);
+  atomic_fetch_add (&F.calls, 1);
+  leave (p->state);
+  return atomic_load (&p->drop_next) ? G_SOURCE_REMOVE : G_SOURCE_CONTINUE;
+}
+
+static void
+fdpipe_notify (gpointer data)
+{
+  FdPipe *p = data;
+  if (atomic_fetch_add (&p->notified, 1) != 0)
+    atomic_fetch_add (&F.twice, 1);
+  atomic_fetch_add (&F.notified, 1);
+  fdpipe_unref (p);
+}
+
+/* Adds a watched pipe to slot @i's context; HOLDS: the slot's lock. */
+static void
+fdslot_add_unlocked (FdSlot *s, guint k, guint64 *rng)
+{
+  FdPipe *p = g_new0 (FdPipe, 1);
+  int fds[2];
+  g_assert_no_errno (pipe2 (fds, O_NONBLOCK | O_CLOEXEC));
+  p->rd = fds[0];
+  p->wr = fds[1];
+  atomic_init (&p->refs, 2); /* the source's and the slot's */
+  p->state = state_ref (s->state);
+  atomic_init (&p->drop_next, wt_rand_below (rng, 8) == 0);
+  GError *error = NULL;
+  atomic_fetch_add (&F.added, 1);
+  guint id = weft_context_add_fd (s->ctx, p->rd, G_IO_IN, fdpipe_cb, p, fdpipe_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (id, >, 0);
+  s->pipe[k] = p;
+  s->id[k] = id;
+}
+
+static void
+fdslot_fill_unlocked (FdSlot *s, guint64 *rng)
+{
+  s->ctx = weft_context_new (F.engine);
+  s->state = state_new ();
+  for (guint k = 0; k < FD_PER_CONTEXT; k++)
+    fdslot_add_unlocked (s, k, rng);
+  weft_context_dispatch (s->ctx);
+}
+
+static gpointer
+fd_writer_thread (gpointer data)
+{
+  guint64 rng = 0x51ed27cbu ^ GPOINTER_TO_UINT (data);
+  while (!atomic_load (&F.done))
+    {
+      FdSlot *s = &F.slots[wt_rand_below (&rng, FD_CONTEXTS)];
+      guint k = wt_rand_below (&rng, FD_PER_CONTEXT);
+      pthread_mutex_lock (&s->lock);
+      FdPipe *p = s->pipe[k] != NULL ? fdpipe_ref (s->pipe[k]) : NULL;
+      pthread_mutex_unlock (&s->lock);
+      if (p == NULL)
+        continue;
+      /* (EAGAIN on a full pipe is fine: its reader is behind.) */
+      if (write (p->wr, "x", 1) < 0)
+        g_assert_cmpint (errno, ==, EAGAIN);
+      fdpipe_unref (p);
+    }
+  return NULL;
+}
+
+static void
+fd_job (gpointer data)
+{
+  CtxState *st = data;
+  enter (st);
+  atomic_fetch_add (&F.jobs_done, 1);
+  leave (st);
+}
+
+static void
+fd_job_notify (gpointer data)
+{
+  state_unref (data);
+}
+
+static gpointer
+fd_mutator_thread (gpointer data)
+{
+  guint64 rng = 0xfeedf00du ^ GPOINTER_TO_UINT (data);
+  while (!atomic_load (&F.done))
+    {
+      FdSlot *s = &F.slots[wt_rand_below (&rng, FD_CONTEXTS)];
+      guint op = wt_rand_below (&rng, 100);
+      guint k = wt_rand_below (&rng, FD_PER_CONTEXT);
+      pthread_mutex_lock (&s->lock);
+      if (op < 50)
+        {
+          /* A job beside the readiness: never at the same time. */
+          atomic_fetch_add (&F.jobs_posted, 1);
+          weft_context_post (s->ctx, fd_job, state_ref (s->state), fd_job_notify);
+        }
+      else if (op < 85)
+        {
+          /* Remove one source from this (a foreign) thread and watch a
+           * fresh pipe instead. FALSE: its callback removed it. */
+          FdPipe *p = s->pipe[k];
+          weft_context_remove (s->ctx, s->id[k]);
+          atomic_store (&p->removed_done, 1);
+          atomic_fetch_add (&F.removes, 1);
+          fdpipe_unref (p);
+          fdslot_add_unlocked (s, k, &rng);
+        }
+      else
+        {
+          /* Destroy (or just drop) the context with its sources, queued
+           * readiness and jobs, and put a new one in its place. */
+          WeftContext *old = s->ctx;
+          CtxState *old_state = s->state;
+          if (op < 93)
+            weft_context_destroy (old);
+          weft_context_unref (old);
+          for (guint j = 0; j < FD_PER_CONTEXT; j++)
+            fdpipe_unref (s->pipe[j]);
+          state_unref (old_state);
+          fdslot_fill_unlocked (s, &rng);
+          atomic_fetch_add (&F.replaced, 1);
+        }
+      pthread_mutex_unlock (&s->lock);
+      g_usleep (20);
+    }
+  return NULL;
+}
+
+static void
+test_fd_remove_destroy (gconstpointer data)
+{
+  guint n_workers = GPOINTER_TO_UINT (data);
+  g_test_summary ("Pipes written by 3 threads are read by fd sources of 64 contexts on an "
+                  "engine of 1 or 2 workers, while 2 threads post jobs into the contexts, "
+                  "remove sources and destroy contexts: a context's callbacks never "
+                  "overlap, no callback starts after weft_context_remove() returned, and "
+                  "every source is notified exactly once");
+
+  memset (&F, 0, sizeof F);
+  F.engine = wt_engine_new (n_workers);
+  guint64 rng = 42;
+  for (guint i = 0; i < FD_CONTEXTS; i++)
+    {
+      pthread_mutex_init (&F.slots[i].lock, NULL);
+      fdslot_fill_unlocked (&F.slots[i], &rng);
+    }
+  GThread *wt[FD_WRITERS], *mt[FD_MUTATORS];
+  for (guint i = 0; i < FD_WRITERS; i++)
+    wt[i] = g_thread_new ("writer", fd_writer_thread, GUINT_TO_POINTER (i));
+  for (guint i = 0; i < FD_MUTATORS; i++)
+    mt[i] = g_thread_new ("mutator", fd_mutator_thread, GUINT_TO_POINTER (i));
+  /* Until enough has happened (the sanitizers are slower), within a bound. */
+  gint64 until = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  while ((atomic_load (&F.calls) < 20000 || atomic_load (&F.replaced) < 200) &&
+         g_get_monotonic_time () < until)
+    g_usleep (10000);
+  atomic_store (&F.done, TRUE);
+  for (guint i = 0; i < FD_WRITERS; i++)
+    g_thread_join (wt[i]);
+  for (guint i = 0; i < FD_MUTATORS; i++)
+    g_thread_join (mt[i]);
+
+  for (guint i = 0; i < FD_CONTEXTS; i++)
+    {
+      FdSlot *s = &F.slots[i];
+      weft_context_unref (s->ctx);
+      for (guint k = 0; k < FD_PER_CONTEXT; k++)
+        fdpipe_unref (s->pipe[k]);
+      state_unref (s->state);
+      pthread_mutex_destroy (&s->lock);
+    }
+  WT_WAIT_UNTIL (atomic_load (&F.notified) == atomic_load (&F.added) &&
+                 wt_stats (F.engine).n_contexts == 0);
+  g_test_message ("%u workers: %" G_GUINT64_FORMAT " callbacks, %" G_GUINT64_FORMAT
+                  " bytes, %" G_GUINT64_FORMAT " sources, %" G_GUINT64_FORMAT " removes, %"
+                  G_GUINT64_FORMAT " contexts replaced, %" G_GUINT64_FORMAT " of %"
+                  G_GUINT64_FORMAT " jobs ran",
+                  n_workers, atomic_load (&F.calls), atomic_load (&F.bytes_read),
+                  atomic_load (&F.added), atomic_load (&F.removes), atomic_load (&F.replaced),
+                  atomic_load (&F.jobs_done), atomic_load (&F.jobs_posted));
+  g_assert_cmpuint (atomic_load (&F.calls), >=, 20000);
+  g_assert_cmpuint (atomic_load (&F.replaced), >=, 200);
+  g_assert_cmpint (atomic_load (&F.overlap), ==, 0);
+  g_assert_cmpint (atomic_load (&F.after_remove), ==, 0);
+  g_assert_cmpint (atomic_load (&F.twice), ==, 0);
+  g_assert_cmpuint (atomic_load (&F.notified), ==, atomic_load (&F.added));
+  weft_engine_unref (F.engine);
+  F.engine = NULL;
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/stress/post-remove-unref", test_post_remove_unref);
+  g_test_add_data_func ("/stress/fd-remove-destroy/1-worker", GUINT_TO_POINTER (1),
+                        test_fd_remove_destroy);
+  g_test_add_data_func ("/stress/fd-remove-destroy/2-workers", GUINT_TO_POINTER (2),
+                        test_fd_remove_destroy);
   return g_test_run ();
 }
