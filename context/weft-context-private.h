@@ -301,7 +301,9 @@ void weft__context_run (WeftContext *self);
  * table's reference): _claim_for_fd claims its idle context (FALSE: it is
  * held or bound elsewhere, queue the readiness instead) and _run_fd runs
  * the claimed context, that readiness first, then whatever its inbox got
- * meanwhile. The reference goes to the run. */
+ * meanwhile. The reference goes to the run, which keeps it until the
+ * context is released: it keeps the context too (no reference goes with
+ * the claim). */
 gboolean weft__context_claim_for_fd (WeftFdSource *source);
 void weft__context_run_fd (WeftFdSource *source, guint32 events);
 /* Drops everything queued on a claimed context without running it. */
@@ -338,16 +340,17 @@ void weft__source_unref (WeftSource *source);
  * holding the node's reference: skips it if removed (or @drop), then
  * removes it if @call (given @arg) returned FALSE, else lets
  * @rearm_unlocked (nullable, called under the context lock) re-arm it.
- * Drops the node's reference. */
+ * Drops the node's reference unless @keep_ref. */
 void weft__source_dispatch_queued (WeftSource *source, gboolean drop,
                                    gboolean (*call) (WeftSource *source, guint32 arg), guint32 arg,
-                                   void (*rearm_unlocked) (WeftSource *source));
+                                   void (*rearm_unlocked) (WeftSource *source), gboolean keep_ref);
 
 void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);
 /* Cache hints for the readiness of a referenced @source (weft-fd.c). */
 void weft__fd_source_prefetch (WeftFdSource *source, WeftEngine *engine);
 void weft__fd_source_dispatch (WeftFdSource *source, gboolean drop);
-/* The same for a readiness that was never queued: @events come with it. */
+/* The same for a readiness that was never queued: @events come with it,
+ * and the caller keeps its reference. */
 void weft__fd_source_dispatch_direct (WeftFdSource *source, guint32 events, gboolean drop);
 gboolean weft__fd_source_detach_unlocked (WeftFdSource *source);
 

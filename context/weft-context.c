@@ -317,24 +317,34 @@ inbox_nonempty (WeftContext *self)
 
 /* Gives up the consumer right. Returns TRUE if work arrived meanwhile and
  * the right was taken back (the caller keeps running or queues the
- * context); FALSE if released, after which @self may be gone. */
-static gboolean
-release (WeftContext *self)
+ * context); FALSE if released, after which @self may be gone unless the
+ * caller holds it otherwise. @has_ref: the right came with a reference of
+ * its own, dropped with it (a direct run's does not: see run()). */
+static inline gboolean
+release_as (WeftContext *self, gboolean has_ref)
 {
   atomic_fetch_and (&self->state, ~WEFT_CTX_SCHEDULED);
   /* Pairs with the poster's push-then-load: we store, then look. */
   if (!inbox_nonempty (self))
     {
-      weft__context_internal_unref (self);
+      if (has_ref)
+        weft__context_internal_unref (self);
       return FALSE;
     }
   guint old = atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED);
   if (old & WEFT_CTX_SCHEDULED)
     {
-      weft__context_internal_unref (self); /* the other claimer took its own */
+      if (has_ref)
+        weft__context_internal_unref (self); /* the other claimer took its own */
       return FALSE;
     }
   return TRUE;
+}
+
+static gboolean
+release (WeftContext *self)
+{
+  return release_as (self, TRUE);
 }
 
 /* Hands a claimed context (with the reference SCHEDULED holds) to whoever
@@ -510,7 +520,10 @@ linger (WeftContext *self, gint64 *until)
 
 /* Runs a claimed context. @direct (nullable): a readiness of one of its fd
  * sources, with the fd table's reference, to run first without passing
- * through the inbox (weft__context_claim_for_fd()). */
+ * through the inbox (weft__context_claim_for_fd()). That claim took no
+ * reference on the context: the source's registration holds one as long
+ * as the source lives, so the fd table's reference on it is kept until the
+ * run ends instead (two locked instructions fewer per readiness). */
 static inline __attribute__ ((always_inline)) void
 run (WeftContext *self, WeftFdSource *direct, guint32 direct_events)
 {
@@ -531,6 +544,7 @@ run (WeftContext *self, WeftFdSource *direct, guint32 direct_events)
       weft__cb_time_set (WEFT_CB_TIME_UNSET); /* a callback starts */
       weft__fd_source_dispatch_direct (direct, direct_events,
                                        atomic_load_explicit (&self->closed, memory_order_relaxed));
+      /* (Keeps the fd table's reference: see above.) */
       self->idles_due = TRUE;
       budget--;
     }
@@ -554,10 +568,14 @@ run (WeftContext *self, WeftFdSource *direct, guint32 direct_events)
                * and whatever else is queued already had its wake. */
               tls_current = prev;
               weft__cb_time_set (time_after);
+              if (direct != NULL)
+                weft__context_internal_ref (self); /* SCHEDULED's, queued */
               if (self->main_queue != NULL)
                 weft__main_queue_push_context (self->main_queue, self);
               else
                 weft__engine_requeue (self->engine, &self->run_node);
+              if (direct != NULL)
+                weft__source_unref (&direct->base);
               return;
             }
           continue;
@@ -599,8 +617,12 @@ run (WeftContext *self, WeftFdSource *direct, guint32 direct_events)
         }
       tls_current = prev;
       weft__cb_time_set (time_after);
-      if (!release (self))
-        return;
+      if (!release_as (self, direct == NULL))
+        {
+          if (direct != NULL)
+            weft__source_unref (&direct->base); /* (@self may go with it) */
+          return;
+        }
       tls_current = self;
     }
 }
@@ -629,12 +651,10 @@ weft__context_claim_for_fd (WeftFdSource *src)
       atomic_load_explicit (&self->engine->dead, memory_order_relaxed) ||
       atomic_load_explicit (&src->base.queued, memory_order_relaxed))
     return FALSE;
-  /* The same claim as push()'s, then the reference that goes with it. */
-  if ((atomic_load (&self->state) & WEFT_CTX_SCHEDULED) ||
-      (atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED) & WEFT_CTX_SCHEDULED))
-    return FALSE;
-  weft__context_internal_ref (self);
-  return TRUE;
+  /* The same claim as push()'s; the reference that goes with it is the
+   * caller's on @src (see run()). */
+  return !(atomic_load (&self->state) & WEFT_CTX_SCHEDULED) &&
+         !(atomic_fetch_or (&self->state, WEFT_CTX_SCHEDULED) & WEFT_CTX_SCHEDULED);
 }
 
 void

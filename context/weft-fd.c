@@ -130,7 +130,7 @@ void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
   atomic_store (&src->base.queued, 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, 0, fd_rearm_unlocked);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, 0, fd_rearm_unlocked, FALSE);
 }
 
 /* Never queued, so queued and revents are not this readiness's: a
@@ -140,7 +140,7 @@ void
 weft__fd_source_dispatch_direct (WeftFdSource *src, guint32 events, gboolean drop)
 {
   g_assert (events != 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked, TRUE);
 }
 
 static void

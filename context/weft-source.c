@@ -70,7 +70,7 @@ weft__source_unref (WeftSource *source)
 void
 weft__source_dispatch_queued (WeftSource *src, gboolean drop,
                               gboolean (*call) (WeftSource *, guint32), guint32 arg,
-                              void (*rearm_unlocked) (WeftSource *))
+                              void (*rearm_unlocked) (WeftSource *), gboolean keep_ref)
 {
   WeftContext *ctx = src->ctx;
 
@@ -79,7 +79,8 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop,
   if (drop || src->removed)
     {
       weft__lock_release (lock);
-      weft__source_unref (src); /* the node's reference */
+      if (!keep_ref)
+        weft__source_unref (src); /* the node's reference */
       return;
     }
   src->running = TRUE;
@@ -100,7 +101,8 @@ weft__source_dispatch_queued (WeftSource *src, gboolean drop,
   weft__lock_release (lock);
   if (finalize)
     weft__source_finalize (src);
-  weft__source_unref (src);
+  if (!keep_ref)
+    weft__source_unref (src);
 }
 
 gboolean
