@@ -92,9 +92,13 @@ struct _WeftFdSource {
   int fd;
   guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
   guint32 armed;           /* HOLDS: ctx->lock; the interest epoll has (edge only) */
-  atomic_uint revents;     /* readiness accumulated for the next callback */
+  atomic_uint revents;     /* readiness accumulated for the next callback,
+                            * and WEFT_FD_QUEUED while the node is in the inbox */
   guint64 key;             /* fd table key; 0 once unregistered */
 };
+
+/* In WeftFdSource.revents: a bit epoll never reports (EPOLLONESHOT's). */
+#define WEFT_FD_QUEUED (1u << 30)
 
 /* The deadline lives in the heap entry only. */
 typedef struct {

@@ -649,7 +649,7 @@ weft__context_claim_for_fd (WeftFdSource *src)
   WeftContext *self = src->base.ctx;
   if (self->main_queue != NULL ||
       atomic_load_explicit (&self->engine->dead, memory_order_relaxed) ||
-      atomic_load_explicit (&src->base.queued, memory_order_relaxed))
+      (atomic_load_explicit (&src->revents, memory_order_relaxed) & WEFT_FD_QUEUED))
     return FALSE;
   /* The same claim as push()'s; the reference that goes with it is the
    * caller's on @src (see run()). */

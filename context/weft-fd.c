@@ -13,13 +13,17 @@
 
 #include "weft-context-private.h"
 
+/* Epoll reports what happened, never how it was asked (its flag bits). */
+G_STATIC_ASSERT (WEFT_FD_QUEUED == EPOLLONESHOT);
+
 /* Called by the worker that got the readiness, with a reference from the
- * fd table lookup that now belongs to the queued node. */
+ * fd table lookup that now belongs to the queued node. One locked
+ * instruction both adds the readiness and says whether the node already
+ * waits in the inbox. */
 void
 weft__fd_source_ready (WeftFdSource *src, guint32 events, WeftContext **local)
 {
-  atomic_fetch_or (&src->revents, events);
-  if (atomic_exchange (&src->base.queued, 1))
+  if (atomic_fetch_or (&src->revents, events | WEFT_FD_QUEUED) & WEFT_FD_QUEUED)
     {
       /* Already waiting in the inbox (modify_fd re-armed it early). */
       weft__source_unref (&src->base);
@@ -71,19 +75,10 @@ weft__fd_source_detach_unlocked (WeftFdSource *src)
   return TRUE; /* drop the registration reference */
 }
 
-/* @events: a direct readiness's (weft__fd_source_dispatch_direct()), or 0
- * for a queued node's, which are in revents. */
 static gboolean
 fd_call (WeftSource *base, guint32 events)
 {
   WeftFdSource *src = (WeftFdSource *) base;
-  if (events == 0)
-    events = atomic_exchange (&src->revents, 0);
-  /* A readiness that arrived while the previous dispatch was between
-   * clearing queued and taking revents was delivered then; this run of the
-   * node has nothing left to report. */
-  if (events == 0)
-    return TRUE;
   GIOCondition cond = weft__poll_condition_from_events (events);
   /* Only internal edge-triggered owners understand the RDHUP bit: an
    * edge for the peer's shutdown may have come with the data edge. */
@@ -129,13 +124,16 @@ fd_rearm_unlocked (WeftSource *base)
 void
 weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
 {
-  atomic_store (&src->base.queued, 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, 0, fd_rearm_unlocked, FALSE);
+  /* The node leaves the inbox with what it collected: a readiness from
+   * now on queues it again. */
+  guint32 events = atomic_exchange (&src->revents, 0) & ~WEFT_FD_QUEUED;
+  g_assert (events != 0);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked, FALSE);
 }
 
-/* Never queued, so queued and revents are not this readiness's: a
- * readiness that comes while the callback runs queues the node as usual
- * and is delivered after it. */
+/* Never queued, so revents is not this readiness's: a readiness that comes
+ * while the callback runs queues the node as usual and is delivered after
+ * it. */
 void
 weft__fd_source_dispatch_direct (WeftFdSource *src, guint32 events, gboolean drop)
 {
