@@ -22,6 +22,17 @@
 typedef struct _HttpConn HttpConn;
 typedef struct _WeftHttpAccessLog WeftHttpAccessLog;
 
+/* A shard of a server's counters. Each engine worker has one that only it
+ * writes (a relaxed load and store: no locked instruction per request);
+ * threads that are not a worker share the last one (atomic adds). The
+ * getters sum them. A cache line each (four, in fact): no false sharing. */
+typedef struct {
+  gboolean shared;             /* the last one: atomic adds */
+  _Atomic guint64 n_requests;
+  _Atomic guint64 n_status[6]; /* by class: [1] 1xx ... [5] 5xx */
+  _Atomic guint64 latency[WEFT_HTTP_LATENCY_BUCKETS];
+} __attribute__ ((aligned (64))) WeftHttpStats;
+
 struct _WeftHttpServer {
   gint ref_count;            /* the public references; connections hold some */
   gint core_refs;            /* the memory's: the public side holds one while
@@ -34,9 +45,9 @@ struct _WeftHttpServer {
   WeftHttpLimits limits;
   guint64 limit[WEFT_HTTP_LIMIT_MAX_PIPELINE + 1];
   gboolean started;
-  _Atomic guint64 n_requests;
-  _Atomic guint64 n_status[6]; /* by class: [1] 1xx ... [5] 5xx */
-  _Atomic guint64 latency[WEFT_HTTP_LATENCY_BUCKETS];
+  WeftHttpStats *stats;      /* (owned) n_workers + 1 shards (see stats_here()) */
+  guint n_workers;           /* the engine's, fixed at its creation */
+  guint64 stats_id;          /* unique in the process, never 0 (stats_here()) */
   atomic_bool stopping;      /* no more keep-alive: close after each answer */
   pthread_mutex_t live_lock;
   GHashTable *live;          /* HttpConn set, adopted ones only (accepted ones are
@@ -53,7 +64,15 @@ struct _WeftHttpServer {
 
 struct _WeftHttpRequest {
   gint ref_count;
-  HttpConn *hc;             /* ref */
+  guint8 hc_local;          /* its reference on hc is a local one */
+  guint8 held;              /* on the context: dispatch() uses it without a
+                             * reference around its handler (1); should the
+                             * pending line let go of it meanwhile (its
+                             * answer written, the connection closed), the
+                             * line's reference passes to dispatch() (2),
+                             * which drops it when done (see
+                             * pending_release()) */
+  HttpConn *hc;             /* ref (see weft_http_conn_ref_local()) */
   WeftHttpRequest *next;    /* in hc's pending line */
   char *head;               /* the head's bytes, slices NUL-terminated in place */
   const char *method;
@@ -146,7 +165,13 @@ struct _WeftHttpRequest {
  * are bits (all written on the connection's context only, except gone and
  * idle_since), so that idle keep-alive connections cost little memory. */
 struct _HttpConn {
-  gint ref_count;
+  /* References: those taken anywhere, and while the connection is open
+   * WEFT_HTTP_CONN_LOCAL for the context's side: the event function's and
+   * local_refs, which on_data() and the requests take and (on the
+   * context) drop without locked instructions. The close folds local_refs
+   * in (see weft_http_conn_ref_local()). 0: not set up yet, or gone. */
+  _Atomic gint64 ref_count;
+  guint32 local_refs;       /* on the context only, until the close */
   guint n_pending;
   WeftHttpServer *server;
   WeftConnection *conn;     /* its context is the connection's: weft_http_conn_ctx() */
@@ -235,6 +260,7 @@ weft_http_pending_pop (HttpConn *hc)
 }
 
 /* weft-http-server.c */
+#define WEFT_HTTP_CONN_LOCAL (G_GINT64_CONSTANT (1) << 62)
 HttpConn *weft_http_conn_ref (HttpConn *hc);
 void weft_http_conn_unref (HttpConn *hc);
 void weft_http_flush_ready (HttpConn *hc);
@@ -250,6 +276,7 @@ guint weft__http_server_n_live (WeftHttpServer *self);
 
 /* weft-http-request.c */
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);
+void weft__http_request_unref_here (WeftHttpRequest *self);
 WeftHttpRequest *weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len);
 void weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
 void weft_http_send_continue (WeftHttpRequest *req);
@@ -296,4 +323,56 @@ static inline gconstpointer
 weft_http_this_thread (void)
 {
   return &weft__http_thread_token;
+}
+
+/* Whether @hc's context still counts local references (the connection
+ * is open), on that context: ref_count is at least WEFT_HTTP_CONN_LOCAL
+ * less the local references dropped elsewhere until the close, far less
+ * after it. */
+static inline gboolean
+weft_http_conn_local_open (HttpConn *hc)
+{
+  return atomic_load_explicit (&hc->ref_count, memory_order_relaxed) > WEFT_HTTP_CONN_LOCAL / 2;
+}
+
+/* A reference on @hc taken on @hc's context (by on_data(), by a request
+ * made there) without a locked instruction (two per request and two per
+ * read): counted in local_refs, which the context alone touches, while
+ * the connection is open. Returns TRUE for such a local reference; after
+ * the close, a plain one (FALSE). Drop it with weft_http_conn_unref_local().
+ *
+ * ref_count holds WEFT_HTTP_CONN_LOCAL for the local side until the
+ * close, so the references are ref_count - WEFT_HTTP_CONN_LOCAL +
+ * local_refs. A local reference dropped on another thread (a request
+ * freed there) is taken from ref_count, which cannot reach 0 (nor
+ * WEFT_HTTP_CONN_LOCAL / 2) before the close: 2^61 such drops would be
+ * needed. The close (conn_merge_local()) makes ref_count that sum, and
+ * from then on ref_count alone counts. local_refs, which such drops leave
+ * as it was, is counted modulo 2^32: the sum is fewer than 2^32 live
+ * references (requests and jobs, each an allocation), so it is exact. */
+static inline gboolean
+weft_http_conn_ref_local (HttpConn *hc)
+{
+  if (G_UNLIKELY (!weft_http_conn_local_open (hc)))
+    {
+      weft_http_conn_ref (hc);
+      return FALSE;
+    }
+  hc->local_refs++;
+  return TRUE;
+}
+
+/* Drops a reference weft_http_conn_ref_local() returned TRUE for. Any
+ * thread (@here: the caller knows it is on @hc's context): on another, or
+ * after the close, from ref_count. */
+static inline void
+weft_http_conn_unref_local (HttpConn *hc, gboolean here)
+{
+  if (G_LIKELY ((here || weft_context_get_current () == weft_http_conn_ctx (hc)) &&
+                weft_http_conn_local_open (hc)))
+    {
+      hc->local_refs--;
+      return;
+    }
+  weft_http_conn_unref (hc);
 }

@@ -143,7 +143,7 @@ on_context (HttpConn *hc)
 
 /* A one-allocation request goes to the thread's spare for its next
  * request (every request takes one and frees it). */
-static void
+static inline __attribute__ ((always_inline)) void
 request_free (WeftHttpRequest *req)
 {
   if (req->resp_spare == NULL || !weft__spare_keep (WEFT_SPARE_HTTP_REQUEST, req))
@@ -164,7 +164,8 @@ request_alloc (HttpConn *hc, gboolean one_alloc)
     req = g_malloc (ONE_ALLOC);
   memset (req, 0, sizeof *req);
   req->ref_count = 1;
-  req->hc = weft_http_conn_ref (hc);
+  req->hc = hc;
+  req->hc_local = weft_http_conn_ref_local (hc); /* (requests are made on the context) */
   req->method = req->path = req->query = "";
   req->resp_fd = -1;
   /* (stream_q: all zero is G_QUEUE_INIT, no g_queue_init() call.) */
@@ -724,20 +725,17 @@ request_free_rare (WeftHttpRequest *self)
     g_queue_clear_full (&self->stream_q, (GDestroyNotify) g_bytes_unref);
 }
 
-/**
- * weft_http_request_unref:
- * @self: (transfer full) (nullable): a request
- *
- * Drops a reference. A request dropped unanswered by everyone holds up
- * the connection's later answers until the connection closes: answer
- * every request.
- */
-void
-weft_http_request_unref (WeftHttpRequest *self)
+/* weft_http_request_unref(); @here: on the request's context (which
+ * spares its request's local reference on hc the test). */
+static inline __attribute__ ((always_inline)) void
+request_unref (WeftHttpRequest *self, gboolean here)
 {
-  if (self == NULL)
-    return;
-  if (!g_atomic_int_dec_and_test (&self->ref_count))
+  /* The last reference (the pending line's, usually) goes without a
+   * locked instruction: 1 means no one else holds one, so no one else may
+   * take or drop one now; acquire, to see what those who dropped theirs
+   * did to the request. */
+  if (atomic_load_explicit ((atomic_int *) &self->ref_count, memory_order_acquire) != 1 &&
+      !g_atomic_int_dec_and_test (&self->ref_count))
     return;
   HttpConn *hc = self->hc;
   /* Most requests have no notify to run (clearing the fields is moot here). */
@@ -755,8 +753,35 @@ weft_http_request_unref (WeftHttpRequest *self)
   free_resp_head (self);
   if (self->resp_fd >= 0)
     close (self->resp_fd);
+  guint8 hc_local = self->hc_local;
   request_free (self);
-  weft_http_conn_unref (hc);
+  if (G_LIKELY (hc_local))
+    weft_http_conn_unref_local (hc, here);
+  else
+    weft_http_conn_unref (hc);
+}
+
+/**
+ * weft_http_request_unref:
+ * @self: (transfer full) (nullable): a request
+ *
+ * Drops a reference. A request dropped unanswered by everyone holds up
+ * the connection's later answers until the connection closes: answer
+ * every request.
+ */
+void
+weft_http_request_unref (WeftHttpRequest *self)
+{
+  if (self == NULL)
+    return;
+  request_unref (self, FALSE);
+}
+
+/* weft_http_request_unref() on the request's context. */
+void
+weft__http_request_unref_here (WeftHttpRequest *self)
+{
+  request_unref (self, TRUE);
 }
 
 /**

@@ -112,15 +112,13 @@ ensure_empty_body (void)
 HttpConn *
 weft_http_conn_ref (HttpConn *hc)
 {
-  g_atomic_int_inc (&hc->ref_count);
+  atomic_fetch_add (&hc->ref_count, 1);
   return hc;
 }
 
-void
-weft_http_conn_unref (HttpConn *hc)
+static void
+conn_free (HttpConn *hc)
 {
-  if (!g_atomic_int_dec_and_test (&hc->ref_count))
-    return;
   g_assert ((hc->n_pending == 0));
   g_free (hc->peer);
   WeftConnection *conn = hc->conn;
@@ -128,6 +126,42 @@ weft_http_conn_unref (HttpConn *hc)
   if (!hc->embedded)
     g_free (hc);
   weft_connection_unref (conn); /* (an embedded hc's memory may go with it) */
+}
+
+void
+weft_http_conn_unref (HttpConn *hc)
+{
+  if (atomic_fetch_sub (&hc->ref_count, 1) == 1)
+    conn_free (hc);
+}
+
+/* The close (the event function's notify), on the context: the local
+ * side and its reference go, ref_count becoming the sum of the references
+ * left (see weft_http_conn_ref_local()): ref_count - WEFT_HTTP_CONN_LOCAL
+ * + local_refs, which is below 2^32, so its low 32 bits are all of it. */
+static void
+conn_merge_local (HttpConn *hc)
+{
+  gint64 rc = atomic_load (&hc->ref_count);
+  gint64 total;
+  do
+    total = (gint64) (guint32) ((guint64) rc - (guint64) WEFT_HTTP_CONN_LOCAL + hc->local_refs);
+  while (!atomic_compare_exchange_weak (&hc->ref_count, &rc, total));
+  if (total == 0)
+    conn_free (hc);
+}
+
+/* The pending line lets go of @req (popped), on the context: its
+ * reference goes, or passes to dispatch() if that holds it (req->held). */
+static inline void
+pending_release (HttpConn *hc, WeftHttpRequest *req)
+{
+  if (G_UNLIKELY (req->held))
+    {
+      req->held = 2;
+      return;
+    }
+  weft__http_request_unref_here (req);
 }
 
 /* Drops everything still queued: the connection is gone. Streams and
@@ -141,7 +175,7 @@ drop_pending (HttpConn *hc)
   while ((req = weft_http_pending_pop (hc)) != NULL)
     {
       weft_http_request_drop (req);
-      weft_http_request_unref (req);
+      pending_release (hc, req);
     }
 }
 
@@ -177,7 +211,7 @@ drop_cut_off (HttpConn *hc)
   g_clear_pointer (&req->in_body, g_byte_array_unref);
   atomic_store (&req->finish_called, TRUE);
   weft_http_request_drop (req);
-  weft_http_request_unref (req);
+  pending_release (hc, req);
 }
 
 /* The client sends no more: answer what it asked, then close; a request
@@ -239,14 +273,97 @@ on_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
     }
 }
 
-/* Counts a request whose answer has been queued whole. */
+/* ---- the counters ------------------------------------------------------- */
+
+/* The calling thread's shard of @server's counters: its worker's if it is
+ * one of the engine's workers, else the shared one. workers[i] runs on one
+ * thread at a time (its own; for a GMainContext engine, which has no
+ * threads, the thread dispatching that GMainContext, or the stop's drain,
+ * which waits for that dispatch), so its shard has a single writer: the
+ * engine's own per-worker counters rest on the same rule. The stand-in
+ * worker that runs a context bound to a GMainContext
+ * (weft_context_new_for_main_context()) is not in workers[]: shared. */
+static WeftHttpStats *
+stats_find (WeftHttpServer *server, WeftWorker *w)
+{
+  WeftEngine *e = server->engine;
+  if (w != NULL && w->engine == e && w->index < server->n_workers &&
+      w == &e->workers[w->index])
+    return &server->stats[w->index];
+  return &server->stats[server->n_workers];
+}
+
+/* The thread's last answer of stats_find(), for the server of that id
+ * while the thread acted as that worker (an id, not the server's address:
+ * a new server may have the address of a freed one). */
+static _Thread_local WEFT_TLS_IE struct {
+  guint64 id;
+  WeftWorker *worker;
+  WeftHttpStats *stats;
+} tls_stats;
+
+static inline WeftHttpStats *
+stats_here (WeftHttpServer *server)
+{
+  WeftWorker *w = weft__worker_current ();
+  if (G_LIKELY (tls_stats.id == server->stats_id && tls_stats.worker == w))
+    return tls_stats.stats;
+  tls_stats.stats = stats_find (server, w);
+  tls_stats.id = server->stats_id;
+  tls_stats.worker = w;
+  return tls_stats.stats;
+}
+
+/* Adds one to @counter, in a worker's shard (its only writer). */
+static inline void
+stats_bump_own (_Atomic guint64 *counter)
+{
+  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + 1,
+                         memory_order_relaxed);
+}
+
+/* Adds one to @counter, in @st. */
+static inline void
+stats_bump (WeftHttpStats *st, _Atomic guint64 *counter)
+{
+  if (!st->shared)
+    stats_bump_own (counter);
+  else
+    atomic_fetch_add_explicit (counter, 1, memory_order_relaxed);
+}
+
+/* Counts a routed request. On the connection's context. */
+static inline void
+count_request (WeftHttpServer *server)
+{
+  WeftHttpStats *st = stats_here (server);
+  stats_bump (st, &st->n_requests);
+}
+
+/* Sums one counter over the shards. Any thread. */
+static guint64
+stats_sum (WeftHttpServer *server, gsize offset)
+{
+  guint64 n = 0;
+  for (guint i = 0; i <= server->n_workers; i++)
+    n += atomic_load_explicit ((_Atomic guint64 *) ((guint8 *) &server->stats[i] + offset),
+                               memory_order_relaxed);
+  return n;
+}
+
+/* Counts a request whose answer has been queued whole. On the
+ * connection's context; *now and *st are found once per flush. */
 static void
-account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
+account (HttpConn *hc, WeftHttpRequest *req, gint64 *now, WeftHttpStats **st)
 {
   WeftHttpServer *server = hc->server;
+  if (*st == NULL)
+    *st = stats_here (server);
+  WeftHttpStats *s = *st;
+  /* (Status 100 to 599: class 0 is a slot no one reads.) */
   guint cls = req->status / 100;
-  if (cls >= 1 && cls <= 5)
-    atomic_fetch_add_explicit (&server->n_status[cls], 1, memory_order_relaxed);
+  if (cls > 5)
+    cls = 0;
   /* One clock read per flush, shared by the answers it writes. */
   if (*now == 0)
     *now = g_get_monotonic_time ();
@@ -254,12 +371,23 @@ account (HttpConn *hc, WeftHttpRequest *req, gint64 *now)
   guint b = us > 1 ? (guint) (63 - __builtin_clzll ((guint64) us)) : 0;
   if (b >= WEFT_HTTP_LATENCY_BUCKETS)
     b = WEFT_HTTP_LATENCY_BUCKETS - 1;
-  atomic_fetch_add_explicit (&server->latency[b], 1, memory_order_relaxed);
+  if (G_LIKELY (!s->shared))
+    {
+      stats_bump_own (&s->n_status[cls]);
+      stats_bump_own (&s->latency[b]);
+    }
+  else
+    {
+      atomic_fetch_add_explicit (&s->n_status[cls], 1, memory_order_relaxed);
+      atomic_fetch_add_explicit (&s->latency[b], 1, memory_order_relaxed);
+    }
   if (server->log != NULL)
     weft_http_access_log_add (server->log, req);
 }
 
-static void flush_ready_corked (HttpConn *hc);
+/* Inlined in its one caller, as it was before account() grew: a call
+ * and its frame per flush. */
+static inline __attribute__ ((always_inline)) void flush_ready_corked (HttpConn *hc);
 
 /* After the last answer: the client may still be sending (a body refused
  * with 413, pipelined requests after a "Connection: close" one). Closing
@@ -277,27 +405,29 @@ close_lingering (HttpConn *hc)
 }
 
 /* Corked, so the answers of one flush leave in one system call (and a
- * write cannot close the connection under the loop). The loop may close
- * it and so drop hc's last reference: only the connection is used after,
- * and it is held here. */
+ * write cannot close the connection under the loop). The caller keeps
+ * @hc alive across the call (on_data() running, a reference on it or on
+ * one of its requests, held by the caller or its job): @hc's reference
+ * keeps the connection, which is all that is used once the loop closed
+ * it. (No reference taken here: two locked instructions per request.) */
 void
 weft_http_flush_ready (HttpConn *hc)
 {
-  WeftConnection *conn = weft_connection_ref (hc->conn);
+  WeftConnection *conn = hc->conn;
   weft__connection_cork (conn);
   flush_ready_corked (hc);
   weft__connection_uncork (conn);
-  weft_connection_unref (conn);
 }
 
 /* Writes the answers that are ready, oldest first, stopping at the first
  * that is not: pipelined answers never overtake each other. A streamed
  * answer stays at the head (hc->active) until it is finished. */
-static void
+static inline __attribute__ ((always_inline)) void
 flush_ready_corked (HttpConn *hc)
 {
   WeftHttpRequest *req;
   gint64 now = 0;
+  WeftHttpStats *st = NULL;
   while (!hc->closed && (req = weft_http_pending_peek (hc)) != NULL && req->ready)
     {
       if (req == hc->reading)
@@ -402,7 +532,7 @@ flush_ready_corked (HttpConn *hc)
       if (req == hc->reading)
         break; /* a stream answered while its body still arrives */
       weft_http_pending_pop (hc);
-      account (hc, req, &now);
+      account (hc, req, &now, &st);
       gboolean close = req->close_after;
       /* After the answer to a close its client asked for, the close
        * lingers (shut the write side, drop input until the client closes)
@@ -414,7 +544,7 @@ flush_ready_corked (HttpConn *hc)
        * client would hold its slot longer.) */
       if (close && req->client_close && req->status != 408)
         hc->linger_always = TRUE;
-      weft_http_request_unref (req);
+      pending_release (hc, req);
       if (close)
         {
           hc->closing = TRUE;
@@ -540,7 +670,7 @@ static void
 dispatch (HttpConn *hc, WeftHttpRequest *req)
 {
   WeftHttpServer *server = hc->server;
-  atomic_fetch_add_explicit (&server->n_requests, 1, memory_order_relaxed);
+  count_request (server);
   if (!known_method (req->method))
     {
       weft_http_respond_self (req, 501, FALSE);
@@ -567,14 +697,23 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
       spawn_handler (hc, req);
       return;
     }
-  weft_http_request_ref (req);
+  /* The handler's answer may be written, or the connection closed, inside
+   * it: either pops the request from the pending line, whose reference
+   * then passes to us (req->held) instead of going, so the request
+   * outlives the call without a reference of our own (two locked
+   * instructions per request). A request is dispatched once: no nesting. */
+  req->held = 1;
   /* Relaxed: only the thread that stores its token compares with it. */
   atomic_store_explicit (&req->handler_thread, weft_http_this_thread (), memory_order_relaxed);
   func (server, req, weft_http_route_get_data (req->route));
   atomic_store_explicit (&req->handler_thread, NULL, memory_order_relaxed);
+  guint8 held = req->held;
+  req->held = 0;
   if (req->stream_body && req->ready && !hc->closed)
-    weft_http_flush_ready (hc); /* what waited for the handler's return */
-  weft_http_request_unref (req);
+    weft_http_flush_ready (hc); /* what waited for the handler's return (not
+                                 * req if the line let go of it) */
+  if (held == 2)
+    weft__http_request_unref_here (req);
 }
 
 /* A request-level error: answer @status in order and close after it. */
@@ -653,12 +792,23 @@ weft_http_fail_answered (WeftHttpRequest *req)
     }
 }
 
+/* The timers' fail_request(): the timer holds no reference, and the
+ * answer's flush may close the connection, dropping the last (see
+ * weft_http_flush_ready()). */
+static void
+fail_request_held (HttpConn *hc, guint status)
+{
+  weft_http_conn_ref (hc);
+  fail_request (hc, status);
+  weft_http_conn_unref (hc);
+}
+
 static gboolean
 header_timed_out (gpointer data)
 {
   HttpConn *hc = data;
   hc->timer = 0;
-  fail_request (hc, 408);
+  fail_request_held (hc, 408);
   return G_SOURCE_REMOVE;
 }
 
@@ -703,7 +853,7 @@ body_check (gpointer data)
   if (!idle && !slow)
     return G_SOURCE_CONTINUE;
   hc->timer = 0;
-  fail_request (hc, 408);
+  fail_request_held (hc, 408);
   return G_SOURCE_REMOVE;
 }
 
@@ -774,7 +924,7 @@ static HttpConn *
 embedded_hc (WeftConnection *conn)
 {
   HttpConn *hc = weft__connection_get_data (conn);
-  if (hc == NULL || weft_connection_is_closed (conn) || g_atomic_int_get (&hc->ref_count) == 0)
+  if (hc == NULL || weft_connection_is_closed (conn) || atomic_load (&hc->ref_count) == 0)
     return NULL; /* (0: on_accept() has not run yet, a TLS handshake goes on) */
   return hc;
 }
@@ -1251,20 +1401,27 @@ batch_next (HttpConn *hc, HttpBatch *b)
       b->handoff = req;
       return NULL;
     }
-  atomic_fetch_add_explicit (&server->n_requests, 1, memory_order_relaxed);
+  count_request (server);
   return weft_http_request_ref (req);
 }
 
 static gsize on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc);
 
 /* Held for the call: a handler's answer, a flush or the drain may close
- * the connection inside, and CLOSED drops the connection's reference. */
+ * the connection inside, and CLOSED drops the connection's reference. A
+ * local reference (see weft_http_conn_ref_local()): no locked instruction
+ * unless the connection closed inside, when the close has made it a plain
+ * one. */
 static gsize
 on_data (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
 {
-  HttpConn *hc = weft_http_conn_ref (user_data);
+  HttpConn *hc = user_data;
+  gboolean local = weft_http_conn_ref_local (hc);
   gsize consumed = on_data_held (conn, data, len, hc);
-  weft_http_conn_unref (hc);
+  if (G_LIKELY (local))
+    weft_http_conn_unref_local (hc, TRUE);
+  else
+    weft_http_conn_unref (hc);
   return consumed;
 }
 
@@ -1426,10 +1583,12 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
   return consumed;
 }
 
+/* The event function's notify: the connection is closed. On its context
+ * (see finish_close() in weft-connection.c), where local_refs is kept. */
 static void
 hc_free_notify (gpointer data)
 {
-  weft_http_conn_unref (data);
+  conn_merge_local (data);
 }
 
 /* A reference unless the last one is gone already. */
@@ -1472,8 +1631,10 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
     hc->embedded = TRUE;
   else
     hc = g_new0 (HttpConn, 1);
-  /* Atomic: the sweeps look at it from other threads (embedded_hc()). */
-  g_atomic_int_set (&hc->ref_count, 1); /* the event function's */
+  /* Atomic: the sweeps look at it from other threads (embedded_hc()). The
+   * event function's reference is the local side's. */
+  hc->local_refs = 0;
+  atomic_store (&hc->ref_count, WEFT_HTTP_CONN_LOCAL);
   hc->server = server; /* the reference taken above */
   hc->conn = weft_connection_ref (conn);
   weft_connection_set_event_func (conn, on_event, hc, hc_free_notify);
@@ -1510,7 +1671,7 @@ weft__http_server_n_live (WeftHttpServer *self)
   for (guint i = 0; i < conns->len; i++)
     {
       HttpConn *hc = weft__connection_get_data (conns->pdata[i]);
-      if (hc != NULL && g_atomic_int_get (&hc->ref_count) > 0 && !atomic_load (&hc->gone))
+      if (hc != NULL && atomic_load (&hc->ref_count) > 0 && !atomic_load (&hc->gone))
         n++;
     }
   g_ptr_array_unref (conns);
@@ -1563,6 +1724,13 @@ weft_http_server_new (WeftEngine *engine)
   weft__listener_set_connection_data_size (self->listener, sizeof (HttpConn));
   pthread_mutex_init (&self->live_lock, NULL);
   self->live = g_hash_table_new (NULL, NULL);
+  /* A shard per worker and the shared one (see stats_here()). */
+  self->n_workers = weft_engine_get_n_workers (engine);
+  self->stats = weft__aligned_alloc (self->n_workers + 1, sizeof (WeftHttpStats),
+                                     G_ALIGNOF (WeftHttpStats), TRUE);
+  self->stats[self->n_workers].shared = TRUE;
+  static atomic_uint_fast64_t last_stats_id;
+  self->stats_id = atomic_fetch_add (&last_stats_id, 1) + 1;
   return self;
 }
 
@@ -1604,6 +1772,7 @@ weft_http_server_unref (WeftHttpServer *self)
     weft_http_access_log_free (self->log);
   g_hash_table_unref (self->live);
   pthread_mutex_destroy (&self->live_lock);
+  g_aligned_free (self->stats);
   server_core_unref (self);
 }
 
@@ -1822,7 +1991,7 @@ guint64
 weft_http_server_get_n_requests (WeftHttpServer *self)
 {
   g_return_val_if_fail (self != NULL, 0);
-  return atomic_load (&self->n_requests);
+  return stats_sum (self, G_STRUCT_OFFSET (WeftHttpStats, n_requests));
 }
 
 /**
@@ -1848,19 +2017,19 @@ weft_http_server_get_status_json (WeftHttpServer *self)
                           "  \"requests\": %" G_GUINT64_FORMAT ",\n"
                           "  \"connections\": {\"live\": %u, \"accepted\": %" G_GUINT64_FORMAT
                           ", \"tls_failed\": %" G_GUINT64_FORMAT "},\n",
-                          atomic_load (&self->n_requests),
+                          stats_sum (self, G_STRUCT_OFFSET (WeftHttpStats, n_requests)),
                           weft_listener_get_n_connections (self->listener),
                           weft_listener_get_n_accepted (self->listener),
                           weft_listener_get_n_tls_failed (self->listener));
   g_string_append (s, "  \"responses\": {");
   for (guint c = 1; c <= 5; c++)
     g_string_append_printf (s, "%s\"%uxx\": %" G_GUINT64_FORMAT, c > 1 ? ", " : "", c,
-                            atomic_load (&self->n_status[c]));
+                            stats_sum (self, G_STRUCT_OFFSET (WeftHttpStats, n_status) + c * sizeof (guint64)));
   g_string_append (s, "},\n  \"latency_us\": [");
   gboolean first = TRUE;
   for (guint b = 0; b < WEFT_HTTP_LATENCY_BUCKETS; b++)
     {
-      guint64 n = atomic_load (&self->latency[b]);
+      guint64 n = stats_sum (self, G_STRUCT_OFFSET (WeftHttpStats, latency) + b * sizeof (guint64));
       if (n == 0)
         continue;
       /* Bucket b holds latencies below 2^(b+1) µs (the last: the rest). */

@@ -8,6 +8,7 @@
 #include "weft-coro-private.h" /* weft__coro_spawn_here, wrapped */
 #include "weft-http-private.h" /* weft__http_static_force_fallback, weft__http_server_sweep_missed */
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <glib/gstdio.h>
@@ -1977,6 +1978,291 @@ test_status_json (void)
   srv_stop (&s);
 }
 
+/* A client of test_status_shards(): its requests on one connection,
+ * pipelined, the last asking for the close; counts the 200s and 404s. */
+typedef struct {
+  guint16 port;
+  guint n_ok, n_missing, n_slow; /* to send */
+  guint got_ok, got_missing;     /* answered */
+} ShardClient;
+
+static gpointer
+shard_client_thread (gpointer data)
+{
+  ShardClient *c = data;
+  /* (No GString: GLib's slice allocator, which TSan cannot see into,
+   * hands one thread's freed block to another.) */
+  guint n = c->n_ok + c->n_missing + c->n_slow;
+  gsize cap = n * 64 + 1, len = 0;
+  char *req = g_malloc (cap);
+  req[0] = '\0';
+  for (guint i = 0; i < n; i++)
+    {
+      const char *path = i < c->n_slow ? "/slow" : i < c->n_slow + c->n_missing ? "/nope" : "/";
+      len += (gsize) g_snprintf (req + len, cap - len, "GET %s HTTP/1.1\r\nHost: a\r\n%s\r\n",
+                                 path, i + 1 == n ? "Connection: close\r\n" : "");
+      g_assert_cmpuint (len, <, cap);
+    }
+  gchar *got = exchange_to_close (c->port, req);
+  for (const char *p = got; (p = strstr (p, "HTTP/1.1 ")) != NULL; p++)
+    {
+      if (g_str_has_prefix (p, "HTTP/1.1 200 "))
+        c->got_ok++;
+      else if (g_str_has_prefix (p, "HTTP/1.1 404 "))
+        c->got_missing++;
+    }
+  g_free (got);
+  g_free (req);
+  return NULL;
+}
+
+/* A server of test_status_shards(), on @engine: "/" (on the context) and
+ * "/slow" (answered from another thread); anything else is 404. */
+static WeftHttpServer *
+shard_server_new (WeftEngine *engine, guint16 *port)
+{
+  GError *error = NULL;
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_add_handler (server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_add_handler (server, "GET", "/slow", slow, NULL, NULL);
+  WeftListener *l = weft_http_server_get_listener (server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  *port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (server, &error));
+  g_assert_no_error (error);
+  return server;
+}
+
+/* The figures of @server's shard @i (n_workers: the shared one). */
+static guint64
+shard_requests (WeftHttpServer *server, guint i)
+{
+  return atomic_load (&server->stats[i].n_requests);
+}
+
+/* Waits until @server has counted @n answers, then checks its figures. */
+static void
+assert_status (WeftHttpServer *server, guint64 n_ok, guint64 n_missing)
+{
+  gchar *want = g_strdup_printf ("\"requests\": %" G_GUINT64_FORMAT ",", n_ok + n_missing);
+  gchar *want_classes = g_strdup_printf ("\"2xx\": %" G_GUINT64_FORMAT ", \"3xx\": 0, \"4xx\": %"
+                                         G_GUINT64_FORMAT ", \"5xx\": 0", n_ok, n_missing);
+  gchar *json = NULL;
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  do
+    {
+      g_free (json);
+      json = weft_http_server_get_status_json (server);
+    }
+  while ((strstr (json, want) == NULL || strstr (json, want_classes) == NULL) &&
+         g_get_monotonic_time () < end);
+  g_test_message ("%s", json);
+  g_assert_nonnull (strstr (json, want));
+  g_assert_nonnull (strstr (json, want_classes));
+  guint64 total = 0;
+  for (const char *p = strstr (json, "\"latency_us\""); (p = strstr (p, "\"count\": ")) != NULL; p++)
+    total += g_ascii_strtoull (p + 9, NULL, 10);
+  g_assert_cmpuint (total, ==, n_ok + n_missing);
+  g_assert_cmpuint (weft_http_server_get_n_requests (server), ==, n_ok + n_missing);
+  g_free (json);
+  g_free (want);
+  g_free (want_classes);
+}
+
+/* The counters are sharded: each worker counts in its own shard without
+ * locked instructions, threads that are not workers in a shared one. */
+static void
+test_status_shards (void)
+{
+  g_test_summary ("The status figures sum the workers' shards and the shared one exactly: "
+                  "requests from many connections at once, answers from other threads, a "
+                  "connection served from a GMainContext's thread; two servers on one "
+                  "engine keep their own figures");
+  WeftEngine *engine = wt_engine_new (4);
+  guint16 port_a, port_b;
+  WeftHttpServer *a = shard_server_new (engine, &port_a);
+  WeftHttpServer *b = shard_server_new (engine, &port_b);
+  g_assert_cmpuint (a->n_workers, ==, 4);
+
+  /* Many connections at once, spread over the workers. */
+  enum { N_CLIENTS = 8 };
+  ShardClient clients[N_CLIENTS];
+  GThread *threads[N_CLIENTS];
+  guint64 ok = 0, missing = 0;
+  for (guint i = 0; i < N_CLIENTS; i++)
+    {
+      clients[i] = (ShardClient) { port_a, 40 + i, i % 3, i % 2 ? 2 : 0, 0, 0 };
+      ok += clients[i].n_ok + clients[i].n_slow;
+      missing += clients[i].n_missing;
+      threads[i] = g_thread_new ("shard-client", shard_client_thread, &clients[i]);
+    }
+  for (guint i = 0; i < N_CLIENTS; i++)
+    {
+      g_thread_join (threads[i]);
+      g_assert_cmpuint (clients[i].got_ok, ==, clients[i].n_ok + clients[i].n_slow);
+      g_assert_cmpuint (clients[i].got_missing, ==, clients[i].n_missing);
+    }
+  assert_status (a, ok, missing);
+  for (guint i = 0; i <= a->n_workers; i++)
+    g_test_message ("shard %u: %" G_GUINT64_FORMAT " requests", i, shard_requests (a, i));
+  g_assert_cmpuint (shard_requests (a, a->n_workers), ==, 0); /* all on workers */
+
+  /* A connection whose context runs on the thread iterating a
+   * GMainContext (here): the shared shard. */
+  GMainContext *mc = g_main_context_new ();
+  int sv[2];
+  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), ==, 0);
+  GError *error = NULL;
+  WeftContext *ctx = weft_context_new_for_main_context (engine, mc);
+  WeftConnection *conn = weft_connection_new (ctx, sv[0], &error);
+  g_assert_no_error (error);
+  weft__http_server_adopt (a, conn);
+  weft_context_dispatch (ctx);
+  weft_context_unref (ctx); /* the connection holds it */
+  weft_connection_unref (conn); /* its HTTP side holds it */
+  wt_send_str (sv[1], "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+                      "GET /nope HTTP/1.1\r\nHost: a\r\n\r\n"
+                      "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  g_assert_cmpint (fcntl (sv[1], F_SETFL, fcntl (sv[1], F_GETFL) | O_NONBLOCK), ==, 0);
+  GString *got = g_string_new (NULL);
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  for (;;)
+    {
+      g_main_context_iteration (mc, FALSE);
+      char buf[4096];
+      ssize_t n = read (sv[1], buf, sizeof buf);
+      if (n == 0)
+        break;
+      if (n > 0)
+        g_string_append_len (got, buf, n);
+      else
+        {
+          g_assert_true (errno == EAGAIN || errno == EINTR);
+          g_assert_cmpint (g_get_monotonic_time (), <, end);
+          g_usleep (1000);
+        }
+    }
+  close (sv[1]);
+  g_assert_nonnull (strstr (got->str, "HTTP/1.1 404 "));
+  g_string_free (got, TRUE);
+  /* The close runs on mc as well. */
+  end = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (weft__http_server_n_live (a) > 0 && g_get_monotonic_time () < end)
+    g_main_context_iteration (mc, FALSE);
+  assert_status (a, ok + 2, missing + 1);
+  g_assert_cmpuint (shard_requests (a, a->n_workers), ==, 3);
+
+  /* The other server counted only its own. */
+  g_assert_cmpuint (weft_http_server_get_n_requests (b), ==, 0);
+  ShardClient cb = { port_b, 3, 1, 0, 0, 0 };
+  shard_client_thread (&cb);
+  assert_status (b, 3, 1);
+  assert_status (a, ok + 2, missing + 1);
+
+  weft_http_server_unref (b);
+  weft_http_server_unref (a);
+  weft_engine_unref (engine);
+  while (g_main_context_iteration (mc, FALSE))
+    ;
+  g_main_context_unref (mc);
+}
+
+/* Requests that /keep's handler took a reference on, for the test thread
+ * to drop (test_request_freed_elsewhere()). */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static WeftHttpRequest *kept[8]; /* HOLDS: kept_lock */
+static guint n_kept;             /* HOLDS: kept_lock */
+
+static void
+keep (WeftHttpServer *server, WeftHttpRequest *request, gpointer user_data)
+{
+  pthread_mutex_lock (&kept_lock);
+  g_assert_cmpuint (n_kept, <, G_N_ELEMENTS (kept));
+  kept[n_kept++] = weft_http_request_ref (request);
+  pthread_mutex_unlock (&kept_lock);
+  weft_http_request_respond (request, 200, "text/plain", (const guint8 *) "kept", 4);
+}
+
+static void
+add_keep (WeftHttpServer *server)
+{
+  weft_http_server_add_handler (server, "GET", "/keep", keep, NULL, NULL);
+}
+
+/* Drops the references keep() took, here (not the connection's context). */
+static guint
+drop_kept (void)
+{
+  pthread_mutex_lock (&kept_lock);
+  guint n = n_kept;
+  for (guint i = 0; i < n_kept; i++)
+    weft_http_request_unref (kept[i]);
+  n_kept = 0;
+  pthread_mutex_unlock (&kept_lock);
+  return n;
+}
+
+/* Reads from @fd until @n answers with the body "kept" have come. */
+static void
+recv_kept (int fd, guint n)
+{
+  GString *got = g_string_new (NULL);
+  for (;;)
+    {
+      guint seen = 0;
+      for (const char *p = got->str; (p = strstr (p, "\r\n\r\nkept")) != NULL; p++)
+        seen++;
+      if (seen >= n)
+        break;
+      char buf[4096];
+      ssize_t r = recv (fd, buf, sizeof buf, 0);
+      if (r < 0 && errno == EINTR)
+        continue;
+      g_assert_cmpint (r, >, 0);
+      g_string_append_len (got, buf, r);
+    }
+  g_string_free (got, TRUE);
+}
+
+/* A request's reference on its connection's state is a local one, taken
+ * and dropped on the connection's context without a locked instruction;
+ * a request freed on another thread drops it from the shared count, both
+ * while the connection is open and after its close. */
+static void
+test_request_freed_elsewhere (void)
+{
+  g_test_summary ("Requests whose last reference goes on another thread, while their "
+                  "connection is open and after it closed, free it exactly once");
+  Srv s;
+  srv_start_cfg (&s, 0, 0, add_keep);
+  int fd = wt_connect_tcp (s.port);
+  for (guint round = 0; round < 3; round++)
+    {
+      wt_send_str (fd, "GET /keep HTTP/1.1\r\nHost: a\r\n\r\nGET /keep HTTP/1.1\r\nHost: a\r\n\r\n");
+      recv_kept (fd, 2);
+      /* The answers are out: the connection's context dropped the pending
+       * line's references, so these are the last, and go here while the
+       * connection stays open. */
+      g_assert_cmpuint (drop_kept (), ==, 2);
+    }
+  wt_send_str (fd, "GET /keep HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  GByteArray *rest = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_unref (rest);
+  close (fd);
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (weft__http_server_n_live (s.server) > 0 && g_get_monotonic_time () < end)
+    g_usleep (1000);
+  g_assert_cmpuint (weft__http_server_n_live (s.server), ==, 0);
+  wt_quiet_window_ms (20); /* the close's notify comes just after */
+  /* The connection is closed: this request holds the last reference on
+   * its state, which goes (with the connection) here. (Were the notify
+   * still to come, the reference would go as above, and the state with
+   * the notify: right too.) */
+  g_assert_cmpuint (drop_kept (), ==, 1);
+  srv_stop (&s);
+}
+
 /* Coroutine handlers wait top to bottom (concurrently, for pipelined
  * requests) and still answer in order; one that forgets to answer gets
  * 500 for it. */
@@ -2382,6 +2668,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/access-log", test_access_log);
   g_test_add_func ("/http-server/blocked-access-log", test_blocked_access_log);
   g_test_add_func ("/http-server/status-json", test_status_json);
+  g_test_add_func ("/http-server/status-shards", test_status_shards);
+  g_test_add_func ("/http-server/request-freed-elsewhere", test_request_freed_elsewhere);
   g_test_add_func ("/http-server/coroutine-handlers", test_coroutine_handlers);
   g_test_add_func ("/http-server/coroutine-stream-body", test_coroutine_stream_body);
   g_test_add_func ("/http-server/coroutine-pipelined-in-order",
