@@ -180,17 +180,7 @@ append_quoted (GString *s, const char *v)
 static const char *
 peer_of (HttpConn *hc)
 {
-  if (hc->peer == NULL)
-    {
-      GSocketAddress *a = weft_connection_get_peer_address (hc->conn);
-      if (G_IS_INET_SOCKET_ADDRESS (a))
-        hc->peer = g_inet_address_to_string (
-            g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (a)));
-      else
-        hc->peer = g_strdup ("-");
-      g_clear_object (&a);
-    }
-  return hc->peer;
+  return weft__connection_peer_text (hc->conn);
 }
 
 /* On the request's context, once its answer is queued whole. */

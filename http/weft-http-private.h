@@ -215,7 +215,6 @@ struct _HttpConn {
                              * request's: a refusal of it has no content */
   guint embedded : 1;       /* in the connection's allocation (the listener's
                              * data), not freed by itself */
-  char *peer;               /* the peer's address, for the access log */
 };
 
 /* The connection's context (any thread: it is fixed). */

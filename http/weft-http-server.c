@@ -120,7 +120,6 @@ static void
 conn_free (HttpConn *hc)
 {
   g_assert ((hc->n_pending == 0));
-  g_free (hc->peer);
   WeftConnection *conn = hc->conn;
   weft_http_server_unref (hc->server);
   if (!hc->embedded)

@@ -62,6 +62,9 @@ WeftConnection *weft__connection_new (WeftContext *ctx, int fd, GError **error);
 gsize weft__connection_tail_size (gsize data_size);
 WeftConnection *weft__connection_new_in_tail (WeftContext *ctx, int fd, gsize data_size,
                                               GError **error);
+/* The peer's IP address as text ("-" if it has none, or once closed),
+ * found on the first call and kept. On the connection's context. */
+const char *weft__connection_peer_text (WeftConnection *self);
 /* The owner's data of a connection made in a context's tail, or NULL. Lives
  * as long as the connection's memory: hold a reference while using it. */
 gpointer weft__connection_get_data (WeftConnection *self);
