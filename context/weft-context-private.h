@@ -69,8 +69,8 @@ struct _WeftSource {
    * signal source is in no heap. Sharing it keeps a timeout source 64
    * bytes (one cache line) and the base 48. */
   union {
-    atomic_int queued;     /* fd and signal sources: the node is in the inbox
-                            * (for an fd, modify_fd can re-arm early) */
+    atomic_int queued;     /* signal sources: the node is in the inbox (an fd
+                            * source keeps that in revents: WEFT_FD_QUEUED) */
     guint heap_index;      /* HOLDS: ctx->lock; timeouts: slot in the
                             * context's heap, WEFT_HEAP_NONE when in none */
   };

@@ -636,9 +636,9 @@ weft__context_run (WeftContext *self)
 /* An idle context is claimed here for one readiness, which then runs at
  * once on this worker (weft__context_run_fd()). The queued way costs a
  * push and a pop on the context's inbox and, for all but one context of a
- * poll batch, on the engine's run queue: six locked instructions more per
- * readiness, at ~10 ns each on these machines about a tenth of what the
- * HTTP server spends in user space per request. Not taken for a context
+ * poll batch, on the engine's run queue: eight locked instructions more
+ * per readiness (with the queued flag and a context reference), at ~10 ns
+ * each on these machines. Not taken for a context
  * that is held (running, queued, not yet dispatched: its holder will see
  * the node in the inbox), runs on a GMainContext, or belongs to a dead
  * engine; nor while @src has a node in the inbox (a readiness then joins
