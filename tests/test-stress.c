@@ -499,6 +499,20 @@ static struct {
   atomic_int overlap, after_remove, twice;
 } F;
 
+/* enter() and leave() for this test: the overlaps go to F. */
+static void
+fd_enter (CtxState *st)
+{
+  if (atomic_fetch_add (&st->inside, 1) != 0)
+    atomic_fetch_add (&F.overlap, 1);
+}
+
+static void
+fd_leave (CtxState *st)
+{
+  atomic_fetch_sub (&st->inside, 1);
+}
+
 static FdPipe *
 fdpipe_ref (FdPipe *p)
 {
@@ -526,13 +540,13 @@ fdpipe_cb (gint fd, GIOCondition cond, gpointer data)
    * may still come in here after the remover's flag; a second one may not. */
   if (atomic_load (&p->removed_done) && atomic_fetch_add (&p->late, 1) >= 1)
     atomic_fetch_add (&F.after_remove, 1);
-  enter (p->state);
+  fd_enter (p->state);
   char buf[256];
   ssize_t n;
   while ((n = read (fd, buf, sizeof buf)) > 0)
     atomic_fetch_add (&F.bytes_read, (guint64) n);
   atomic_fetch_add (&F.calls, 1);
-  leave (p->state);
+  fd_leave (p->state);
   return atomic_load (&p->drop_next) ? G_SOURCE_REMOVE : G_SOURCE_CONTINUE;
 }
 
@@ -602,9 +616,9 @@ static void
 fd_job (gpointer data)
 {
   CtxState *st = data;
-  enter (st);
+  fd_enter (st);
   atomic_fetch_add (&F.jobs_done, 1);
-  leave (st);
+  fd_leave (st);
 }
 
 static void
