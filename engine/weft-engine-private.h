@@ -363,6 +363,16 @@ typedef struct {
   _Atomic guint64 timers_fired;
 } WeftCounters;
 
+/* Adds @n to a counter that only the calling thread writes (a worker's
+ * counters, the HTTP server's per-worker shards): a load and a store, no
+ * locked instruction; relaxed, for readers on other threads to sum. */
+static inline void
+weft__own_counter_add (_Atomic guint64 *counter, guint64 n)
+{
+  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + n,
+                         memory_order_relaxed);
+}
+
 struct _WeftWorker {
   WeftEngine *engine;
   GThread *thread;

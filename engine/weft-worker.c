@@ -22,17 +22,9 @@ weft__worker_current (void)
 }
 
 static inline void
-bump_by (_Atomic guint64 *counter, guint64 n)
-{
-  /* Only this worker writes its counters: a load and a store, no RMW. */
-  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + n,
-                         memory_order_relaxed);
-}
-
-static inline void
 bump (_Atomic guint64 *counter)
 {
-  bump_by (counter, 1);
+  weft__own_counter_add (counter, 1);
 }
 
 void
@@ -183,7 +175,7 @@ handle_events (WeftWorker *w, WeftPollEvent *ev, int n)
         }
     }
   /* Once per batch: the stats are summed with relaxed loads, no snapshot. */
-  bump_by (&w->counters.fd_events, fd_events);
+  weft__own_counter_add (&w->counters.fd_events, fd_events);
   /* The first context made runnable here runs on this worker, with no
    * hand-off; any others went to the run queue and woke a sleeper. */
   if (local != NULL || direct != NULL)

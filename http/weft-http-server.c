@@ -317,8 +317,7 @@ stats_here (WeftHttpServer *server)
 static inline void
 stats_bump_own (_Atomic guint64 *counter)
 {
-  atomic_store_explicit (counter, atomic_load_explicit (counter, memory_order_relaxed) + 1,
-                         memory_order_relaxed);
+  weft__own_counter_add (counter, 1);
 }
 
 /* Adds one to @counter, in @st. */
