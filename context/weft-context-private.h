@@ -60,8 +60,14 @@ struct _WeftSource {
   gpointer user_data;
   GDestroyNotify notify;
   guint8 kind;             /* WeftSourceKind */
-  guint8 running;          /* HOLDS: ctx->lock; its callback is executing */
-  guint8 removed;          /* HOLDS: ctx->lock; out of the id map, never to start again */
+  /* WEFT_SOURCE_RUNNING: its callback is executing; WEFT_SOURCE_REMOVED:
+   * out of the id map, never to start again. Removal sets REMOVED under
+   * ctx->lock with one read-modify-write that also says whether the
+   * callback runs; an fd or signal source's dispatch sets and clears
+   * RUNNING with one each, without the lock (weft__source_dispatch_queued()),
+   * so exactly one of the two sees the other and finalizes. Timeouts and
+   * idles change RUNNING only under the lock (weft__source_flag_locked()). */
+  _Atomic guint8 rstate;
   guint8 edge : 1;         /* fd sources: edge-triggered, no re-arm after each
                             * callback (set before registration) */
   guint8 embedded : 1;     /* lives in its context's tail: not freed by itself */
@@ -75,6 +81,40 @@ struct _WeftSource {
                             * context's heap, WEFT_HEAP_NONE when in none */
   };
 };
+
+#define WEFT_SOURCE_RUNNING 1u
+#define WEFT_SOURCE_REMOVED 2u
+
+static inline gboolean
+weft__source_is_running (WeftSource *source)
+{
+  return atomic_load_explicit (&source->rstate, memory_order_relaxed) & WEFT_SOURCE_RUNNING;
+}
+
+static inline gboolean
+weft__source_is_removed (WeftSource *source)
+{
+  return atomic_load_explicit (&source->rstate, memory_order_relaxed) & WEFT_SOURCE_REMOVED;
+}
+
+/* Sets or clears @bit with a plain load and store: under ctx->lock, for a
+ * source whose state no other thread changes without the lock at this
+ * moment (a timeout, an idle; a dispatched source by its dispatcher). */
+static inline void
+weft__source_flag_locked (WeftSource *source, guint8 bit, gboolean on)
+{
+  guint8 v = atomic_load_explicit (&source->rstate, memory_order_relaxed);
+  atomic_store_explicit (&source->rstate, (guint8) (on ? v | bit : v & ~bit),
+                         memory_order_relaxed);
+}
+
+/* Marks @source removed; HOLDS: ctx->lock. Returns whether its callback
+ * is running (then whoever runs it finalizes it when it returns). */
+static inline gboolean
+weft__source_mark_removed (WeftSource *source)
+{
+  return atomic_fetch_or (&source->rstate, WEFT_SOURCE_REMOVED) & WEFT_SOURCE_RUNNING;
+}
 
 guint weft__context_add_fd (WeftContext *self, gint fd, GIOCondition events, WeftFdFunc func,
                             gpointer user_data, GDestroyNotify notify, GError **error);
@@ -90,8 +130,10 @@ struct _WeftFdSource {
   WeftSource base;
   WeftNode node;           /* in the context inbox while a readiness waits */
   int fd;
-  guint32 events;          /* HOLDS: ctx->lock; EPOLL* interest */
-  guint32 armed;           /* HOLDS: ctx->lock; the interest epoll has (edge only) */
+  /* Written under ctx->lock; read without it by the dispatch that asks
+   * whether a re-arm is due (weft-fd.c, fd_rearm_due()). */
+  _Atomic guint32 events;  /* EPOLL* interest */
+  _Atomic guint32 armed;   /* the interest epoll has (edge only) */
   atomic_uint revents;     /* readiness accumulated for the next callback,
                             * and WEFT_FD_QUEUED while the node is in the inbox */
   guint64 key;             /* fd table key; 0 once unregistered */
@@ -343,10 +385,13 @@ void weft__source_unref (WeftSource *source);
 /* Runs the callback of a source whose node was popped from the inbox,
  * holding the node's reference: skips it if removed (or @drop), then
  * removes it if @call (given @arg) returned FALSE, else lets
- * @rearm_unlocked (nullable, called under the context lock) re-arm it.
- * Drops the node's reference unless @keep_ref. */
+ * @rearm_unlocked (nullable, called under the context lock) re-arm it
+ * when @rearm_due (nullable: always due) says so; @rearm_due is called
+ * without the lock, and again after the source stopped running. Drops
+ * the node's reference unless @keep_ref. */
 void weft__source_dispatch_queued (WeftSource *source, gboolean drop,
                                    gboolean (*call) (WeftSource *source, guint32 arg), guint32 arg,
+                                   gboolean (*rearm_due) (WeftSource *source),
                                    void (*rearm_unlocked) (WeftSource *source), gboolean keep_ref);
 
 void weft__fd_source_ready (WeftFdSource *source, guint32 events, WeftContext **local);

@@ -783,8 +783,7 @@ close_context (WeftContext *self)
   for (guint i = 0; i < all->len; i++)
     {
       WeftSource *src = all->pdata[i];
-      src->removed = TRUE;
-      if (src->running)
+      if (weft__source_mark_removed (src))
         weft__source_unwatch_running_unlocked (src);
       else if (weft__source_detach_unlocked (src))
         g_ptr_array_add (finalize, src);

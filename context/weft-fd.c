@@ -94,12 +94,13 @@ fd_call (WeftSource *base, guint32 events)
 static int
 arm_unlocked (WeftFdSource *src)
 {
-  if (src->base.edge && src->armed == src->events)
+  guint32 events = atomic_load_explicit (&src->events, memory_order_relaxed);
+  if (src->base.edge && atomic_load_explicit (&src->armed, memory_order_relaxed) == events)
     return 0;
-  src->armed = src->events;
+  atomic_store_explicit (&src->armed, events, memory_order_relaxed);
   gboolean edge = src->base.edge;
-  return weft__poll_modify (src->base.ctx->engine->pfd, src->fd,
-                            src->events | (edge ? EPOLLET : 0), src->key, !edge);
+  return weft__poll_modify (src->base.ctx->engine->pfd, src->fd, events | (edge ? EPOLLET : 0),
+                            src->key, !edge);
 }
 
 static void __attribute__ ((noinline))
@@ -111,14 +112,21 @@ fd_rearm_slow_unlocked (WeftFdSource *src)
                src->fd, g_strerror (-r));
 }
 
-/* arm_unlocked()'s test for an edge-triggered source inline: after most
- * of their callbacks the interest is unchanged and there is no syscall. */
-static inline void
+static void
 fd_rearm_unlocked (WeftSource *base)
 {
+  fd_rearm_slow_unlocked ((WeftFdSource *) base);
+}
+
+/* Whether the callback's end must re-arm: always for one-shot; for an
+ * edge-triggered source only when the interest changed (after most of
+ * their callbacks it did not, and neither lock nor syscall follows). Read
+ * without the lock, sequentially consistent: see set_fd_interest(). */
+static gboolean
+fd_rearm_due (WeftSource *base)
+{
   WeftFdSource *src = (WeftFdSource *) base;
-  if (!(src->base.edge && src->armed == src->events))
-    fd_rearm_slow_unlocked (src);
+  return !src->base.edge || atomic_load (&src->armed) != atomic_load (&src->events);
 }
 
 void
@@ -128,7 +136,8 @@ weft__fd_source_dispatch (WeftFdSource *src, gboolean drop)
    * now on queues it again. */
   guint32 events = atomic_exchange (&src->revents, 0) & ~WEFT_FD_QUEUED;
   g_assert (events != 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked, FALSE);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_due,
+                                fd_rearm_unlocked, FALSE);
 }
 
 /* Never queued, so revents is not this readiness's: a readiness that comes
@@ -138,7 +147,8 @@ void
 weft__fd_source_dispatch_direct (WeftFdSource *src, guint32 events, gboolean drop)
 {
   g_assert (events != 0);
-  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_unlocked, TRUE);
+  weft__source_dispatch_queued (&src->base, drop, fd_call, events, fd_rearm_due,
+                                fd_rearm_unlocked, TRUE);
 }
 
 static void
@@ -202,6 +212,7 @@ weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOC
 {
   WeftFdSource *src = storage != NULL ? storage : g_new0 (WeftFdSource, 1);
   src->base.embedded = storage != NULL;
+  atomic_store_explicit (&src->base.rstate, 0, memory_order_relaxed);
   src->base.kind = WEFT_SOURCE_FD;
   src->base.func = (gpointer) func;
   src->base.user_data = user_data;
@@ -210,8 +221,9 @@ weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOC
   src->base.refs = 1; /* the registration */
   src->fd = fd;
   src->base.edge = (events & WEFT__IO_EDGE) != 0;
-  src->events = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
-  src->armed = src->events;
+  guint32 interest = weft__poll_events_from_condition (events & ~WEFT__IO_EDGE);
+  atomic_store_explicit (&src->events, interest, memory_order_relaxed);
+  atomic_store_explicit (&src->armed, interest, memory_order_relaxed);
 
   weft__lock_acquire (weft__context_lock (self));
   guint id = weft__context_add_source_unlocked (self, &src->base);
@@ -227,7 +239,7 @@ weft__context_add_fd_in (WeftContext *self, WeftFdSource *storage, gint fd, GIOC
     }
   WeftEngine *engine = self->engine;
   src->key = weft__fdtable_insert (engine->fdtable, src);
-  int r = src->key ? weft__poll_add (engine->pfd, fd, src->events | (src->base.edge ? EPOLLET : 0),
+  int r = src->key ? weft__poll_add (engine->pfd, fd, interest | (src->base.edge ? EPOLLET : 0),
                                      src->key, !src->base.edge)
                    : -EMFILE;
   if (r < 0)
@@ -285,8 +297,11 @@ weft__context_set_fd_interest (WeftContext *self, guint id, GIOCondition events,
     }
   WeftFdSource *src = (WeftFdSource *) base;
   int fd = src->fd;
-  src->events = weft__poll_events_from_condition (events);
-  if (!base->running)
+  /* Store, then look: a dispatch clears RUNNING, then looks at the
+   * interest (fd_rearm_due()). One of the two sees the other; if both do,
+   * the second arm finds nothing to change. */
+  atomic_store (&src->events, weft__poll_events_from_condition (events));
+  if (!(atomic_load (&base->rstate) & WEFT_SOURCE_RUNNING))
     r = arm_unlocked (src);
   weft__lock_release (weft__context_lock (self));
   if (r < 0)

@@ -40,7 +40,7 @@ weft__idles_dispatch (WeftContext *ctx)
   /* Handlers added during this pass are appended and run in it too. */
   for (WeftIdleSource *idle = sched->idles; idle != NULL;)
     {
-      idle->base.running = TRUE;
+      weft__source_flag_locked (&idle->base, WEFT_SOURCE_RUNNING, TRUE);
       ran = TRUE;
       weft__lock_release (lock);
 
@@ -49,11 +49,11 @@ weft__idles_dispatch (WeftContext *ctx)
       gboolean keep = ((GSourceFunc) idle->base.func) (idle->base.user_data);
 
       weft__lock_acquire (lock);
-      idle->base.running = FALSE;
+      weft__source_flag_locked (&idle->base, WEFT_SOURCE_RUNNING, FALSE);
       WeftIdleSource *next = idle->next; /* read under the lock, after the call */
-      if (!idle->base.removed && !keep)
+      if (!weft__source_is_removed (&idle->base) && !keep)
         weft__context_drop_idmap_unlocked (ctx, &idle->base);
-      if (idle->base.removed)
+      if (weft__source_is_removed (&idle->base))
         {
           /* Freed after the pass: dropping the lock here could let @next
            * be removed and freed under us. */

@@ -33,7 +33,7 @@ void
 weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
 {
   atomic_store (&src->base.queued, 0);
-  weft__source_dispatch_queued (&src->base, drop, signal_call, 0, NULL, FALSE);
+  weft__source_dispatch_queued (&src->base, drop, signal_call, 0, NULL, NULL, FALSE);
 }
 
 /**

@@ -53,7 +53,7 @@ weft__timeouts_dispatch (WeftContext *ctx)
       WeftTimeoutSource *t = top->item;
       gint64 deadline = top->deadline;
       weft__heap_remove (&sched->timers, 0);
-      t->base.running = TRUE;
+      weft__source_flag_locked (&t->base, WEFT_SOURCE_RUNNING, TRUE);
       weft__lock_release (lock);
 
       weft__worker_count_timer ();
@@ -61,10 +61,10 @@ weft__timeouts_dispatch (WeftContext *ctx)
       gboolean keep = ((GSourceFunc) t->base.func) (t->base.user_data);
 
       weft__lock_acquire (lock);
-      t->base.running = FALSE;
-      if (!t->base.removed && !keep)
+      weft__source_flag_locked (&t->base, WEFT_SOURCE_RUNNING, FALSE);
+      if (!weft__source_is_removed (&t->base) && !keep)
         weft__context_drop_idmap_unlocked (ctx, &t->base);
-      if (t->base.removed)
+      if (weft__source_is_removed (&t->base))
         {
           if (t->base.notify == NULL)
             {
@@ -98,8 +98,7 @@ add_timeout_ns (WeftContext *self, gint64 base, gint64 interval, GSourceFunc fun
 {
   WeftTimeoutSource *t = weft__cache_alloc (WEFT_CACHE_TIMEOUT);
   t->base.kind = WEFT_SOURCE_TIMEOUT;
-  t->base.running = FALSE;
-  t->base.removed = FALSE;
+  atomic_store_explicit (&t->base.rstate, 0, memory_order_relaxed);
   t->base.func = (gpointer) func;
   t->base.user_data = user_data;
   t->base.notify = notify;

@@ -1,7 +1,7 @@
 /* weft-lock.h: the contexts' locks, a word with a futex behind it.
  *
- * A context's lock (one of the engine's stripes) is taken twice for every
- * readiness delivered and once for every timeout added or removed, and is
+ * A context's lock (one of the engine's stripes) is taken once for every
+ * timeout added or removed (and for the end of a one-shot fd's callback), and is
  * held for a few pointer moves. A pthread mutex costs about 60
  * instructions a lock and unlock (its type and owner checks, a call each
  * way); this one costs an exchange each way, inline, when nobody waits.

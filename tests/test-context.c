@@ -2021,6 +2021,9 @@ test_destroy_while_running (void)
       g_assert_cmpint (atomic_load (&queued[i].ran), ==, 0);
       g_assert_cmpint (atomic_load (&queued[i].notified), ==, 1);
     }
+  /* The sources' notifies are one job queued behind those jobs
+   * (finalize_sources()): it may still be on its way. */
+  WT_WAIT_UNTIL (atomic_load (&timeout.notified) == 1);
   g_assert_cmpint (atomic_load (&timeout.ran), ==, 0);
   g_assert_cmpint (atomic_load (&timeout.notified), ==, 1);
   /* The pipe was writable at once: a worker may have looked the fd source

@@ -13,6 +13,7 @@ static struct _WeftNode *stub_race_prev;
 #include <errno.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "weft-context-private.h"
@@ -978,6 +979,142 @@ test_lock_sleeper_woken (void)
   g_assert_cmpuint (atomic_load (&lock.v), ==, 0);
 }
 
+/* ---- edge-triggered fd sources: the dispatch's lock-free end ----------- */
+
+typedef struct {
+  WtGate gate;            /* the first IN callback waits here */
+  atomic_int calls;
+  atomic_int calls_after_gate;
+  atomic_uint seen;       /* GIOCondition bits delivered */
+  atomic_int notified;
+  atomic_int notify_while_inside;
+  atomic_int inside;
+} EdgeWatch;
+
+static gboolean
+edge_cb (gint fd, GIOCondition cond, gpointer data)
+{
+  EdgeWatch *w = data;
+  atomic_store (&w->inside, 1);
+  if (atomic_fetch_add (&w->calls, 1) == 0)
+    wt_gate_wait (&w->gate);
+  else
+    atomic_fetch_add (&w->calls_after_gate, 1);
+  atomic_fetch_or (&w->seen, (guint) cond);
+  if (cond & G_IO_IN)
+    {
+      char buf[64];
+      while (read (fd, buf, sizeof buf) > 0)
+        ;
+    }
+  atomic_store (&w->inside, 0);
+  return G_SOURCE_CONTINUE;
+}
+
+static void
+edge_notify (gpointer data)
+{
+  EdgeWatch *w = data;
+  if (atomic_load (&w->inside))
+    atomic_fetch_add (&w->notify_while_inside, 1);
+  atomic_fetch_add (&w->notified, 1);
+}
+
+static void
+edge_socketpair (int sv[2])
+{
+  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), ==, 0);
+}
+
+static void
+test_edge_interest_while_running (void)
+{
+  g_test_summary ("An edge-triggered fd source whose interest another thread changes while "
+                  "its callback runs gets the new interest once the callback returns: the "
+                  "setter sees it running and leaves the re-arm to the dispatch's end");
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  EdgeWatch w = { 0 };
+  int sv[2];
+  GError *error = NULL;
+
+  wt_gate_init (&w.gate);
+  edge_socketpair (sv);
+  guint id = weft__context_add_fd (ctx, sv[0], G_IO_IN | WEFT__IO_EDGE, edge_cb, &w, edge_notify,
+                                   &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (id, >, 0);
+  weft_context_dispatch (ctx);
+
+  g_assert_cmpint (write (sv[1], "x", 1), ==, 1);
+  WT_WAIT_UNTIL (atomic_load (&w.gate.entered) == 1);
+  g_assert_cmpint (atomic_load (&w.gate.entered), ==, 1);
+  /* From this thread, while the callback runs: the socket is writable, so
+   * asking for G_IO_OUT must bring a callback once the epoll interest
+   * follows. */
+  g_assert_true (weft__context_set_fd_interest (ctx, id, G_IO_IN | G_IO_OUT, NULL));
+  g_assert_cmpuint (atomic_load (&w.seen) & G_IO_OUT, ==, 0);
+  wt_gate_open (&w.gate);
+
+  WT_WAIT_UNTIL (atomic_load (&w.seen) & G_IO_OUT);
+  g_assert_cmpuint (atomic_load (&w.seen) & G_IO_OUT, ==, G_IO_OUT);
+  g_assert_cmpint (atomic_load (&w.calls_after_gate), >=, 1);
+
+  weft_context_remove (ctx, id);
+  WT_WAIT_UNTIL (atomic_load (&w.notified) == 1);
+  g_assert_cmpint (atomic_load (&w.notified), ==, 1);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  wt_close (sv[0]);
+  wt_close (sv[1]);
+  wt_gate_clear (&w.gate);
+}
+
+static void
+test_edge_remove_while_running (void)
+{
+  g_test_summary ("Removing an edge-triggered fd source from another thread while its "
+                  "callback runs: the remove returns at once, the notify runs exactly once "
+                  "and only after the callback returned, and no callback follows");
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  EdgeWatch w = { 0 };
+  int sv[2];
+  GError *error = NULL;
+
+  wt_gate_init (&w.gate);
+  edge_socketpair (sv);
+  guint id = weft__context_add_fd (ctx, sv[0], G_IO_IN | WEFT__IO_EDGE, edge_cb, &w, edge_notify,
+                                   &error);
+  g_assert_no_error (error);
+  weft_context_dispatch (ctx);
+
+  g_assert_cmpint (write (sv[1], "x", 1), ==, 1);
+  WT_WAIT_UNTIL (atomic_load (&w.gate.entered) == 1);
+  g_assert_cmpint (atomic_load (&w.gate.entered), ==, 1);
+  g_assert_true (weft_context_remove (ctx, id));
+  g_assert_false (weft_context_remove (ctx, id));
+  /* Still inside: the notify waits for the callback. */
+  g_assert_cmpint (atomic_load (&w.notified), ==, 0);
+  wt_gate_open (&w.gate);
+
+  WT_WAIT_UNTIL (atomic_load (&w.notified) == 1);
+  g_assert_cmpint (atomic_load (&w.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&w.notify_while_inside), ==, 0);
+  /* Removed: more data brings no callback. */
+  g_assert_cmpint (write (sv[1], "y", 1), ==, 1);
+  wt_quiet_window_ms (50);
+  g_assert_cmpint (atomic_load (&w.calls), ==, 1);
+  g_assert_cmpint (atomic_load (&w.notified), ==, 1);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  wt_close (sv[0]);
+  wt_close (sv[1]);
+  wt_gate_clear (&w.gate);
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -996,6 +1133,8 @@ main (int argc, char *argv[])
   g_test_add_func ("/internal/foreach-tail-churn", test_foreach_tail_churn);
   g_test_add_func ("/internal/lock-exclusion", test_lock_exclusion);
   g_test_add_func ("/internal/lock-sleeper-woken", test_lock_sleeper_woken);
+  g_test_add_func ("/internal/edge-interest-while-running", test_edge_interest_while_running);
+  g_test_add_func ("/internal/edge-remove-while-running", test_edge_remove_while_running);
   static const QueuedVariant fd_remove = { FALSE, FALSE }, fd_destroy = { FALSE, TRUE },
                              sig_remove = { TRUE, FALSE }, sig_destroy = { TRUE, TRUE };
   g_test_add_data_func ("/internal/notify-with-node-queued/fd-remove", &fd_remove,
