@@ -109,10 +109,19 @@ weft__source_flag_locked (WeftSource *source, guint8 bit, gboolean on)
 }
 
 /* Marks @source removed; HOLDS: ctx->lock. Returns whether its callback
- * is running (then whoever runs it finalizes it when it returns). */
+ * is running (then whoever runs it finalizes it when it returns). Only
+ * fd and signal sources need the read-modify-write: nobody changes a
+ * timeout's or an idle's word without the lock, and a timeout's remove is
+ * half of bench-timers' cancel. */
 static inline gboolean
 weft__source_mark_removed (WeftSource *source)
 {
+  if (source->kind == WEFT_SOURCE_TIMEOUT || source->kind == WEFT_SOURCE_IDLE)
+    {
+      guint8 v = atomic_load_explicit (&source->rstate, memory_order_relaxed);
+      atomic_store_explicit (&source->rstate, v | WEFT_SOURCE_REMOVED, memory_order_relaxed);
+      return v & WEFT_SOURCE_RUNNING;
+    }
   return atomic_fetch_or (&source->rstate, WEFT_SOURCE_REMOVED) & WEFT_SOURCE_RUNNING;
 }
 

@@ -959,9 +959,9 @@ lock_sleeper_thread (gpointer data)
 static void
 test_lock_sleeper_woken (void)
 {
-  g_test_summary ("A thread that finds WeftLock held past its spinning sleeps (the word "
-                  "marked contended) and is woken by the release: it gets the lock "
-                  "once, after the holder let go");
+  g_test_summary ("A thread that finds WeftLock held past its spinning sleeps (counted in "
+                  "the lock's sleepers) and is woken by the release: it gets the lock "
+                  "once, after the holder let go, and the release issued a wake");
 
   WeftLock lock;
   weft__lock_init (&lock);
@@ -969,14 +969,20 @@ test_lock_sleeper_woken (void)
   LockSleeper s = { &lock, 0 };
   GThread *t = g_thread_new ("lock-sleeper", lock_sleeper_thread, &s);
   /* Held for 200 ms: far past the spinning, so the waiter sleeps. */
-  WT_WAIT_UNTIL (atomic_load (&lock.v) == 2);
+  WT_WAIT_UNTIL (atomic_load (&lock.sleepers) == 1);
   g_usleep (200 * 1000);
   g_assert_cmpint (atomic_load (&s.state), ==, 0);
-  g_assert_cmpuint (atomic_load (&lock.v), ==, 2);
+  g_assert_cmpuint (atomic_load (&lock.sleepers), ==, 1);
+  g_assert_cmpuint (atomic_load (&lock.v), ==, 1);
+  guint wakes = atomic_load (&weft__lock_wakes);
   weft__lock_release (&lock);
+  /* (Counted before the futex call, so a sleeper it woke cannot have
+   * finished before the count moved.) */
+  g_assert_cmpuint (atomic_load (&weft__lock_wakes), >, wakes);
   g_thread_join (t);
   g_assert_cmpint (atomic_load (&s.state), ==, 1);
   g_assert_cmpuint (atomic_load (&lock.v), ==, 0);
+  g_assert_cmpuint (atomic_load (&lock.sleepers), ==, 0);
 }
 
 /* ---- edge-triggered fd sources: the dispatch's lock-free end ----------- */
