@@ -14,11 +14,13 @@
  * here: a tenth of a timeout's insert), so it cannot learn atomically
  * whether someone sleeps: a waiter that spun in vain counts itself in
  * @sleepers before it sleeps on the word, and the release looks at that
- * count after its store. The store may still sit in the releasing CPU's
- * store buffer when that look is made (x86 lets a load pass an earlier
- * store), so a sleeper can in principle miss its wake: it sleeps at most
- * WEFT_LOCK_NAP_NS at a time and looks again, which bounds that case
- * instead of leaving the thread asleep for good.
+ * count after its store. C11 lets that look pass the store. On x86 it can
+ * only do so while the store waits in the releasing CPU's store buffer;
+ * elsewhere the two are sequentially consistent (on ARMv8 a store-release
+ * and a load-acquire, which stay in order). In that window a sleeper can
+ * miss its wake: it sleeps at most WEFT_LOCK_NAP_NS at a time and looks
+ * again, which bounds the case instead of leaving the thread asleep for
+ * good.
  *
  * SPDX-License-Identifier: LGPL-2.1-or-later
  */
@@ -63,10 +65,20 @@ weft__lock_acquire (WeftLock *l)
     weft__lock_wait (l);
 }
 
+/* x86 orders every store and load but a load after a store (TSO): a
+ * plain store and load there, without the fence a seq_cst store costs. */
+#if defined(__x86_64__) || defined(__i386__)
+#define WEFT_LOCK_STORE_ORDER memory_order_release
+#define WEFT_LOCK_LOOK_ORDER memory_order_relaxed
+#else
+#define WEFT_LOCK_STORE_ORDER memory_order_seq_cst
+#define WEFT_LOCK_LOOK_ORDER memory_order_seq_cst
+#endif
+
 static inline void
 weft__lock_release (WeftLock *l)
 {
-  atomic_store_explicit (&l->v, 0, memory_order_release);
-  if (G_UNLIKELY (atomic_load_explicit (&l->sleepers, memory_order_relaxed) != 0))
+  atomic_store_explicit (&l->v, 0, WEFT_LOCK_STORE_ORDER);
+  if (G_UNLIKELY (atomic_load_explicit (&l->sleepers, WEFT_LOCK_LOOK_ORDER) != 0))
     weft__lock_wake (l);
 }
