@@ -86,12 +86,6 @@ struct _WeftSource {
 #define WEFT_SOURCE_REMOVED 2u
 
 static inline gboolean
-weft__source_is_running (WeftSource *source)
-{
-  return atomic_load_explicit (&source->rstate, memory_order_relaxed) & WEFT_SOURCE_RUNNING;
-}
-
-static inline gboolean
 weft__source_is_removed (WeftSource *source)
 {
   return atomic_load_explicit (&source->rstate, memory_order_relaxed) & WEFT_SOURCE_REMOVED;

@@ -103,19 +103,14 @@ arm_unlocked (WeftFdSource *src)
                             src->key, !edge);
 }
 
-static void __attribute__ ((noinline))
-fd_rearm_slow_unlocked (WeftFdSource *src)
+static void
+fd_rearm_unlocked (WeftSource *base)
 {
+  WeftFdSource *src = (WeftFdSource *) base;
   int r = arm_unlocked (src);
   if (r < 0)
     g_warning ("fd %d: re-arming failed (%s); was it closed before its source was removed?",
                src->fd, g_strerror (-r));
-}
-
-static void
-fd_rearm_unlocked (WeftSource *base)
-{
-  fd_rearm_slow_unlocked ((WeftFdSource *) base);
 }
 
 /* Whether the callback's end must re-arm: always for one-shot; for an
