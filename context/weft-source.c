@@ -67,10 +67,9 @@ weft__source_unref (WeftSource *source)
   weft__context_internal_unref (ctx);
 }
 
-/* The end of a dispatch under the lock: the callback asked to go, or
- * was removed meanwhile, or its source needs a re-arm. */
-static void
-dispatch_end_locked (WeftSource *src, gboolean keep, void (*rearm_unlocked) (WeftSource *))
+void
+weft__source_dispatch_end_locked (WeftSource *src, gboolean keep,
+                                  void (*rearm_unlocked) (WeftSource *))
 {
   WeftContext *ctx = src->ctx;
   WeftLock *lock = weft__context_lock (ctx);
@@ -88,54 +87,6 @@ dispatch_end_locked (WeftSource *src, gboolean keep, void (*rearm_unlocked) (Wef
   weft__lock_release (lock);
   if (finalize)
     weft__source_finalize (src);
-}
-
-void
-weft__source_dispatch_queued (WeftSource *src, gboolean drop,
-                              gboolean (*call) (WeftSource *, guint32), guint32 arg,
-                              gboolean (*rearm_due) (WeftSource *),
-                              void (*rearm_unlocked) (WeftSource *), gboolean keep_ref)
-{
-  /* One read-modify-write each way instead of the context lock twice:
-   * against a removal's (see WeftSource.rstate), whichever comes second
-   * sees the other's bit. */
-  if (drop || (atomic_fetch_or (&src->rstate, WEFT_SOURCE_RUNNING) & WEFT_SOURCE_REMOVED))
-    {
-      /* Removed: whoever removed it saw it idle and finalized it (a stray
-       * RUNNING bit on it is read by nobody); or the context is closing,
-       * which removes it. */
-      if (!keep_ref)
-        weft__source_unref (src); /* the node's reference */
-      return;
-    }
-
-  weft__worker_count_job ();
-  gboolean keep = call (src, arg);
-
-  if (!keep || (rearm_unlocked != NULL && (rearm_due == NULL || rearm_due (src))))
-    dispatch_end_locked (src, keep, rearm_unlocked);
-  else if (atomic_fetch_and (&src->rstate, (guint8) ~WEFT_SOURCE_RUNNING) & WEFT_SOURCE_REMOVED)
-    {
-      /* Removed while it ran: the remover left the rest to us. */
-      WeftLock *lock = weft__context_lock (src->ctx);
-      weft__lock_acquire (lock);
-      gboolean finalize = weft__source_detach_unlocked (src);
-      weft__lock_release (lock);
-      if (finalize)
-        weft__source_finalize (src);
-    }
-  else if (rearm_unlocked != NULL && rearm_due (src))
-    {
-      /* The interest changed from another thread between the two looks,
-       * which saw it still running and left the re-arm to us. */
-      WeftLock *lock = weft__context_lock (src->ctx);
-      weft__lock_acquire (lock);
-      if (!weft__source_is_removed (src))
-        rearm_unlocked (src);
-      weft__lock_release (lock);
-    }
-  if (!keep_ref)
-    weft__source_unref (src);
 }
 
 gboolean

@@ -21,18 +21,12 @@ weft__worker_current (void)
   return tls_worker;
 }
 
-static inline void
-bump (_Atomic guint64 *counter)
-{
-  weft__own_counter_add (counter, 1);
-}
-
 void
 weft__worker_count_job (void)
 {
   WeftWorker *w = tls_worker;
   if (w != NULL)
-    bump (&w->counters.jobs_run);
+    weft__own_counter_add (&w->counters.jobs_run, 1);
 }
 
 void
@@ -41,8 +35,8 @@ weft__worker_count_timer (void)
   WeftWorker *w = tls_worker;
   if (w != NULL)
     {
-      bump (&w->counters.jobs_run);
-      bump (&w->counters.timers_fired);
+      weft__own_counter_add (&w->counters.jobs_run, 1);
+      weft__own_counter_add (&w->counters.timers_fired, 1);
     }
 }
 
@@ -109,7 +103,7 @@ run_node (WeftWorker *w, WeftNode *n)
 {
   if (n->kind == WEFT_NODE_JOB)
     {
-      bump (&w->counters.jobs_run);
+      weft__own_counter_add (&w->counters.jobs_run, 1);
       weft__job_finish ((WeftJob *) n, TRUE);
     }
   else
@@ -260,7 +254,7 @@ turn (WeftWorker *w, gboolean may_block)
     }
 
   int r = weft__poll_wait (e->pfd, ev, G_N_ELEMENTS (ev), timeout);
-  bump (&w->counters.polls);
+  weft__own_counter_add (&w->counters.polls, 1);
   if (sleeping)
     atomic_fetch_sub (&e->n_sleeping, 1);
   if (r < 0)

@@ -313,19 +313,12 @@ stats_here (WeftHttpServer *server)
   return tls_stats.stats;
 }
 
-/* Adds one to @counter, in a worker's shard (its only writer). */
-static inline void
-stats_bump_own (_Atomic guint64 *counter)
-{
-  weft__own_counter_add (counter, 1);
-}
-
 /* Adds one to @counter, in @st. */
 static inline void
 stats_bump (WeftHttpStats *st, _Atomic guint64 *counter)
 {
   if (!st->shared)
-    stats_bump_own (counter);
+    weft__own_counter_add (counter, 1); /* a worker's shard: its only writer */
   else
     atomic_fetch_add_explicit (counter, 1, memory_order_relaxed);
 }
@@ -371,8 +364,8 @@ account (HttpConn *hc, WeftHttpRequest *req, gint64 *now, WeftHttpStats **st)
     b = WEFT_HTTP_LATENCY_BUCKETS - 1;
   if (G_LIKELY (!s->shared))
     {
-      stats_bump_own (&s->n_status[cls]);
-      stats_bump_own (&s->latency[b]);
+      weft__own_counter_add (&s->n_status[cls], 1);
+      weft__own_counter_add (&s->latency[b], 1);
     }
   else
     {

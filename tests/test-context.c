@@ -835,7 +835,7 @@ test_fd_modify (void)
   int sv[2];
   GError *error = NULL;
 
-  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), ==, 0);
+  wt_socketpair (sv);
   p->id = weft_context_add_fd (ctx, sv[0], G_IO_IN, probe_fd_noread, p, wt_count_notify, &error);
   g_assert_no_error (error);
   g_assert_cmpuint (p->id, >, 0);

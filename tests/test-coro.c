@@ -631,7 +631,7 @@ read_times_out (gpointer data)
 static void
 socketpair_nb (int fds[2])
 {
-  g_assert_cmpint (socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), ==, 0);
+  wt_socketpair (fds);
 }
 
 static void

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* How long a test waits for something that must happen. Generous, because
@@ -220,6 +221,14 @@ static inline void
 wt_pipe (int fds[2])
 {
   int r = pipe2 (fds, O_CLOEXEC | O_NONBLOCK);
+  g_assert_cmpint (r, ==, 0);
+}
+
+/* A connected pair of Unix stream sockets, non-blocking. */
+static inline void
+wt_socketpair (int sv[2])
+{
+  int r = socketpair (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv);
   g_assert_cmpint (r, ==, 0);
 }
 
