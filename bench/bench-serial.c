@@ -19,6 +19,10 @@
  * 1 worker)"): the producer is a third thread on a 2-CPU machine, and
  * that row shows what the second worker adds there.
  *
+ * Last, the jobs' own work with no engine at all (impl "own: the jobs' work
+ * alone, no engine (2 threads)", run_body_alone()): the throughput ceiling
+ * the job body itself sets on this machine, in the same run.
+ *
  * Same section and figure strings as the GLib GThreadPool serial-queue
  * anchor in the micro harness (src/s2_glib.c there).
  *
@@ -246,6 +250,82 @@ run_engine (guint n_workers, int n_passes, long n_queues, Job *jobs, SlotJob *sl
   return bad;
 }
 
+/* ---- the job body alone ------------------------------------------------------ */
+
+typedef struct {
+  Job *jobs;
+  long n_queues;
+  long first;          /* this thread's queues: first, first + N_WORKERS, ... */
+  WeftJobFunc func;
+} BodyPart;
+
+static gpointer
+body_thread (gpointer data)
+{
+  const BodyPart *part = data;
+  for (long k = 0; k < PER_QUEUE; k++)
+    for (long q = part->first; q < part->n_queues; q += N_WORKERS)
+      part->func (&part->jobs[q * PER_QUEUE + k]);
+  return NULL;
+}
+
+/* The jobs' own work with no engine and no producer: N_WORKERS threads
+ * call the two job functions directly, each on its own half of the queues
+ * (so no queue ever runs on two threads), in the order the producer posts
+ * them. What is left is the job body's cross-CPU traffic: the pass with
+ * shared counters bumps two atomics that every job on both CPUs shares.
+ * The row is the ceiling those jobs set for any serial-queue engine on this
+ * machine in the same run (the peers' GLib rows run the same body). */
+static void
+run_body_alone (long n_queues, Job *jobs)
+{
+  char impl[128], note[512];
+
+  for (int pass = 0; pass < 2; pass++)
+    {
+      gboolean local = pass == 1;
+      for (long q = 0; q < n_queues; q++)
+        {
+          queues[q].next_seq = 0;
+          queues[q].sum = 0;
+        }
+      atomic_store (&n_done, 0);
+      atomic_store (&queues_done, 0);
+      atomic_store (&checksum, 0);
+      atomic_store (&conc_violations, 0);
+      atomic_store (&order_violations, 0);
+
+      BodyPart parts[N_WORKERS];
+      GThread *threads[N_WORKERS];
+      uint64_t t0 = wb_now_ns ();
+      for (int i = 0; i < N_WORKERS; i++)
+        {
+          parts[i] = (BodyPart) { jobs, n_queues, i, local ? run_job_local : run_job };
+          threads[i] = g_thread_new ("body", body_thread, &parts[i]);
+        }
+      for (int i = 0; i < N_WORKERS; i++)
+        g_thread_join (threads[i]);
+      uint64_t t1 = wb_now_ns ();
+      /* (The completion semaphore was posted by the last job: take it.) */
+      wb_sem_wait (&all_done);
+
+      long bad = atomic_load (&conc_violations) + atomic_load (&order_violations);
+      if (bad != 0)
+        wb_die ("job body alone: %ld violations", bad);
+      snprintf (impl, sizeof impl, "own: the jobs' work alone, no engine (%d threads)", N_WORKERS);
+      snprintf (note, sizeof note,
+                "%ld queues x %d jobs; %d threads each call the job function directly on its "
+                "own half of the queues, in post order: no posting, no queue, no producer; "
+                "clock: thread start -> last join%s",
+                n_queues, PER_QUEUE, N_WORKERS,
+                local ? "; job bookkeeping per queue (1 shared atomic per queue, not 2 per job)"
+                      : "; 2 shared atomics per job, as in the harness's serial queues");
+      wb_report (SECTION, impl,
+                 local ? "1M jobs, per-queue bookkeeping: throughput" : "1M jobs: throughput",
+                 (double) (n_queues * PER_QUEUE) / ((double) (t1 - t0) / 1e3), "Mjobs/s", note);
+    }
+}
+
 int
 main (void)
 {
@@ -268,6 +348,8 @@ main (void)
    * worker adds there (results.md, stop 25: mostly CPU time it takes
    * from the producer). */
   bad += run_engine (1, 1, n_queues, jobs, slot_jobs);
+  /* Last: the ceiling the jobs themselves set (run_body_alone()). */
+  run_body_alone (n_queues, jobs);
 
   if (bad != 0)
     fprintf (stderr, "serial violations: %ld\n", bad);
