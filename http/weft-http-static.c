@@ -419,16 +419,18 @@ is_dot_segment (const char *seg, gsize len)
   return (len == 1 && seg[0] == '.') || (len == 3 && g_ascii_strncasecmp (seg, "%2e", 3) == 0);
 }
 
-/* Whether a request for @path names a directory: it ends in a slash, or
- * in a "." segment (maybe escaped). A file asked for that way is not
+/* Whether a request for @dec (the path, decoded) names a directory: it
+ * ends in a slash, or in a "." segment. A file asked for that way is not
  * there (as a file system says ENOTDIR), so one file has one URL and
- * relative links in it resolve as its author meant. */
+ * relative links in it resolve as its author meant. Decoded, because the
+ * file is opened from the decoded path: an escaped slash ("%2f") at the
+ * end is a trailing slash too. */
 static gboolean
-names_directory (const char *path)
+names_directory (const char *dec)
 {
-  const char *last = strrchr (path, '/');
-  last = last != NULL ? last + 1 : path;
-  return *last == '\0' || is_dot_segment (last, strlen (last));
+  const char *last = strrchr (dec, '/');
+  last = last != NULL ? last + 1 : dec;
+  return *last == '\0' || strcmp (last, ".") == 0;
 }
 
 /* The Location that redirects @path (as sent, a directory without its
@@ -566,6 +568,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
    * whole path and take the prefix off its decoded, normalised form (the
    * raw path may spell the prefix with escapes). */
   g_autofree gchar *full = weft__http_static_relative_path (path);
+  /* (Where full is made, so is this: the same escapes decode.) */
+  g_autofree gchar *dec = full != NULL ? g_uri_unescape_string (path, NULL) : NULL;
   gchar *rel = NULL;
   if (full != NULL)
     {
@@ -575,8 +579,9 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
       else if (strncmp (full, d->norm_prefix, n) == 0 && (full[n] == '\0' || full[n] == '/'))
         rel = g_strdup (full + n + (full[n] == '/'));
     }
-  if (rel == NULL)
+  if (rel == NULL || dec == NULL)
     {
+      g_free (rel);
       answer_status (req, 404); /* never say why: 404 for traversal attempts too */
       return;
     }
@@ -591,6 +596,8 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
     }
   if (fd >= 0 && S_ISDIR (st.st_mode))
     {
+      /* (The raw path: a client resolves relative links against the
+       * URL as sent, so "/sub%2f" is redirected too.) */
       if (!g_str_has_suffix (path, "/"))
         {
           /* A directory named without its slash (the mount point too,
@@ -622,7 +629,7 @@ serve (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
           fd = -1;
         }
     }
-  else if (fd >= 0 && names_directory (path))
+  else if (fd >= 0 && names_directory (dec))
     {
       /* A file asked for as a directory ("/a.txt/"). */
       close (fd);

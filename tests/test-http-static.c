@@ -381,8 +381,9 @@ test_http_dates (void)
 }
 
 /* A file asked for as a directory (a trailing slash, or a last "."
- * segment) is not found, as open() says ENOTDIR: it was served, so one
- * file had several URLs and its relative links resolved elsewhere. */
+ * segment, escaped or not) is not found, as open() says ENOTDIR: it was
+ * served, so one file had several URLs and its relative links resolved
+ * elsewhere. */
 static void
 test_file_as_directory (void)
 {
@@ -390,7 +391,8 @@ test_file_as_directory (void)
   static const char *const contents[] = { "0123456789", NULL };
   Srv s;
   srv_start (&s, names, contents);
-  const char *const paths[] = { "/a.txt/", "/a.txt/.", "/a.txt/%2e", "/a.txt//", "/a.txt/./" };
+  const char *const paths[] = { "/a.txt/", "/a.txt/.", "/a.txt/%2e", "/a.txt//", "/a.txt/./",
+                                "/a.txt%2f", "/a.txt%2F", "/a.txt%2f.", "/a.txt%2f%2e" };
   for (guint i = 0; i < G_N_ELEMENTS (paths); i++)
     expect_status (get (s.port, paths[i], NULL), "HTTP/1.1 404 ", paths[i]);
   expect_answer (get (s.port, "/a.txt", NULL), "HTTP/1.1 200 ", "0123456789");
