@@ -414,6 +414,9 @@ struct _WeftEngine {
   WeftCond cond;
   gboolean running;         /* HOLDS: lock */
   gboolean joining;         /* HOLDS: lock; a stop is joining the workers */
+  gboolean stop_drained;    /* HOLDS: lock; the queues were drained when the
+                             * last stop began (weft_engine_shutdown()'s
+                             * answer when another thread stopped it) */
   WeftWorker *workers;      /* allocated at the first start, reused */
 
   WeftFdTable *fdtable;

@@ -342,6 +342,8 @@ drop_queued (WeftEngine *self, gboolean keep_contexts)
  * Contexts keep their queues, fds and timeouts and resume after
  * weft_engine_start(). Must not be called from a worker of @self.
  */
+static gboolean drained (WeftEngine *self);
+
 void
 weft_engine_stop (WeftEngine *self)
 {
@@ -363,6 +365,7 @@ weft_engine_stop (WeftEngine *self)
       return;
     }
   self->joining = TRUE;
+  self->stop_drained = drained (self);
   atomic_store (&self->stopping, 1);
   weft__eventfd_signal (self->stop_fd);
   weft__mutex_unlock (&self->lock);
@@ -403,9 +406,12 @@ drained (WeftEngine *self)
  * work already queued, and whatever it posts from inside the engine, keeps
  * running, as do fd and timeout callbacks. Once no job is queued or
  * running — or once @timeout_us has passed — the engine stops as with
- * weft_engine_stop(). Must not be called from a worker of @self.
+ * weft_engine_stop(). Must not be called from a worker of @self. Several
+ * threads may stop and shut down the engine at once: a shutdown whose
+ * engine another thread stops meanwhile returns once that stop is done.
  *
- * Returns: %TRUE if the engine drained before the deadline.
+ * Returns: %TRUE if the engine drained before the deadline (or, when
+ *   another thread stopped it first, before that stop began).
  */
 gboolean
 weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
@@ -440,10 +446,23 @@ weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
     ok = drained_here;
   else
     /* Workers signal the condition as they go to sleep while refusing; the
-     * 10 ms bound covers a worker that slept before the flag was set. */
-    while (!(ok = drained (self)) && g_get_monotonic_time () < deadline)
+     * 10 ms bound covers a worker that slept before the flag was set. A
+     * stop from another thread ends the wait: its exiting workers never
+     * count as asleep, so drained() would not come true again. */
+    while (!(ok = drained (self)) && self->running && !self->joining &&
+           g_get_monotonic_time () < deadline)
       weft__cond_wait_until (&self->cond, &self->lock,
                          MIN (deadline, g_get_monotonic_time () + 10 * G_TIME_SPAN_MILLISECOND));
+  if (!ok && (self->joining || !self->running))
+    {
+      /* Stopped (or being stopped) by another thread: wait for that stop,
+       * and answer whether the queues had drained when it began. */
+      while (self->joining)
+        pthread_cond_wait (&self->cond, &self->lock);
+      ok = self->stop_drained;
+      weft__mutex_unlock (&self->lock);
+      return ok;
+    }
   weft__mutex_unlock (&self->lock);
 
   weft_engine_stop (self);

@@ -1068,6 +1068,71 @@ test_concurrent_stop (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /engine/shutdown-while-stopping ------------------------------------ */
+
+typedef struct {
+  WeftEngine *engine;
+  WtGate *start;        /* both threads call at once when it opens */
+  gboolean shut;        /* weft_engine_shutdown(), else weft_engine_stop() */
+  gboolean result;      /* the shutdown's answer */
+  gint64 took_us;
+} StopCall;
+
+static gpointer
+stop_call_thread (gpointer data)
+{
+  StopCall *c = data;
+  wt_gate_wait (c->start);
+  gint64 t0 = g_get_monotonic_time ();
+  if (c->shut)
+    c->result = weft_engine_shutdown (c->engine, 5 * G_USEC_PER_SEC);
+  else
+    weft_engine_stop (c->engine);
+  c->took_us = g_get_monotonic_time () - t0;
+  return NULL;
+}
+
+static void
+test_shutdown_while_stopping (void)
+{
+  g_test_summary ("A weft_engine_shutdown() racing a weft_engine_stop() or another shutdown "
+                  "of an idle engine returns as soon as the engine has stopped, with TRUE: "
+                  "it waited for the queues to drain, which the stopping workers never "
+                  "report once they exit, until its deadline (or for ever)");
+
+  for (int round = 0; round < 100; round++)
+    {
+      WeftEngine *engine = wt_engine_new (2);
+      WtGate start;
+      wt_gate_init (&start);
+      /* Rounds alternate: stop against shutdown, shutdown against shutdown. */
+      StopCall calls[2] = {
+        { engine, &start, round % 2 == 1, FALSE, 0 },
+        { engine, &start, TRUE, FALSE, 0 },
+      };
+      wt_wait_engine_idle (engine);
+      GThread *t[2];
+      for (int i = 0; i < 2; i++)
+        t[i] = g_thread_new ("stopper", stop_call_thread, &calls[i]);
+      WT_WAIT_UNTIL (atomic_load (&start.entered) == 2);
+      wt_gate_open (&start);
+      for (int i = 0; i < 2; i++)
+        g_thread_join (t[i]);
+      for (int i = 0; i < 2; i++)
+        {
+          if (calls[i].took_us > 2 * G_USEC_PER_SEC)
+            g_error ("round %d: a %s racing a %s took %" G_GINT64_FORMAT " us", round,
+                     calls[i].shut ? "shutdown" : "stop", calls[1 - i].shut ? "shutdown" : "stop",
+                     calls[i].took_us);
+          if (calls[i].shut)
+            g_assert_true (calls[i].result);
+        }
+      g_assert_false (weft_engine_is_running (engine));
+      wt_gate_clear (&start);
+      weft_engine_unref (engine);
+    }
+}
+
 /* ---- /engine/timer-slack ------------------------------------------------ */
 
 #define SLACK_TIMERS 10
@@ -1341,6 +1406,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/wakeups-batched", test_wakeups_batched);
   g_test_add_func ("/engine/wake-passed-on", test_wake_passed_on);
   g_test_add_func ("/engine/concurrent-stop", test_concurrent_stop);
+  g_test_add_func ("/engine/shutdown-while-stopping", test_shutdown_while_stopping);
   g_test_add_func ("/engine/timer-slack", test_timer_slack);
   g_test_add_func ("/engine/timer-slack-coalesce", test_timer_slack_coalesce);
   g_test_add_func ("/engine/timer-slack-precise", test_timer_slack_precise);
