@@ -374,6 +374,14 @@ guint weft__context_add_source_unlocked (WeftContext *self, WeftSource *source);
  * call). */
 guint weft__context_add_timeout_from_now (WeftContext *self, guint interval_ms, GSourceFunc func,
                                           gpointer user_data, GDestroyNotify notify);
+/* weft_context_post() for the rest of work already accepted (a coroutine's
+ * resume): a soft stop does not refuse it from a foreign thread, so a
+ * coroutine woken from outside during weft_engine_shutdown() (an
+ * interrupt, a condition signalled) runs on instead of being abandoned
+ * with its context still open. Refused, with @notify called, only when
+ * the context is closed or the engine gone. */
+gboolean weft__context_post_continuation (WeftContext *self, WeftJobFunc func,
+                                          gpointer user_data, GDestroyNotify notify);
 void weft__context_drop_idmap_unlocked (WeftContext *self, WeftSource *source);
 void weft__source_call_notify (WeftSource *source);
 

@@ -859,12 +859,24 @@ weft_context_get_current (void)
   return tls_current;
 }
 
-static gboolean
-post (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
-      GDestroyNotify notify, gboolean front, gboolean bounded, GError **error)
+/* Whether a post to @self must be refused: @self is closed, or its engine
+ * refuses new work (a soft stop, from a foreign thread) or is gone. An
+ * internal post (@continuation: the rest of work already accepted, such as
+ * a coroutine's resume) is refused only for the first and the last. */
+static inline gboolean
+post_refused (WeftContext *self, gboolean continuation)
 {
-  if (G_UNLIKELY ((atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED) ||
-                  weft__engine_refuses (self->engine)))
+  if (atomic_load_explicit (&self->state, memory_order_relaxed) & WEFT_CTX_CLOSED)
+    return TRUE;
+  return continuation ? atomic_load (&self->engine->dead) : weft__engine_refuses (self->engine);
+}
+
+static gboolean
+post_full (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+           GDestroyNotify notify, gboolean front, gboolean bounded, gboolean continuation,
+           GError **error)
+{
+  if (G_UNLIKELY (post_refused (self, continuation)))
     {
       g_set_error_literal (error, WEFT_ERROR, WEFT_ERROR_CLOSED,
                            "the context is destroyed or its engine refuses work");
@@ -905,6 +917,20 @@ post (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data
                               : weft__job_new (func, user_data, notify, flags);
   weft__context_push (self, &job->node, front, NULL);
   return TRUE;
+}
+
+static inline __attribute__ ((always_inline)) gboolean
+post (WeftContext *self, WeftJobSlot *slot, WeftJobFunc func, gpointer user_data,
+      GDestroyNotify notify, gboolean front, gboolean bounded, GError **error)
+{
+  return post_full (self, slot, func, user_data, notify, front, bounded, FALSE, error);
+}
+
+gboolean
+weft__context_post_continuation (WeftContext *self, WeftJobFunc func, gpointer user_data,
+                                 GDestroyNotify notify)
+{
+  return post_full (self, NULL, func, user_data, notify, FALSE, FALSE, TRUE, NULL);
 }
 
 /**

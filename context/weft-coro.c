@@ -91,7 +91,12 @@ struct _WeftCoro {
   atomic_int state;
   atomic_int wake_reason;
   atomic_bool interrupt;     /* pending */
-  guint timer;               /* the current wait's timeout source */
+  /* The current wait's timeout source. Atomic: the timeout's callback
+   * clears it on a worker while an abandonment on another thread may read
+   * it (finish()). */
+  atomic_uint timer;
+  guint fd_wait;             /* weft_coro_wait_fd()'s fd source, while it waits */
+  GIOCondition fd_revents;   /* what that source saw ready */
   gboolean orphan;           /* waiting in a closed context: abandon it */
   atomic_bool out;           /* switched out, not being resumed: claimable */
   atomic_bool doom;          /* its context is gone: abandon once out */
@@ -273,10 +278,17 @@ drop_locals (WeftCoro *c)
 static void
 finish (WeftCoro *c)
 {
-  if (c->timer != 0)
+  guint timer = atomic_exchange_explicit (&c->timer, 0, memory_order_relaxed);
+  if (timer != 0)
+    weft_context_remove (c->ctx, timer);
+  /* An abandoned wait_fd: its fd leaves epoll before the notify, which may
+   * close it (and its number may be reused at once). Either this remove
+   * does it, or a close of the context did, under the lock this remove
+   * takes. */
+  if (c->fd_wait != 0)
     {
-      weft_context_remove (c->ctx, c->timer);
-      c->timer = 0;
+      weft_context_remove (c->ctx, c->fd_wait);
+      c->fd_wait = 0;
     }
   drop_locals (c);
   if (c->notify != NULL)
@@ -432,9 +444,9 @@ resume_job (gpointer data)
   run (c);
 }
 
-/* A resume job that is dropped (its context closed, or its engine
- * refusing work) never ran: the coroutine can never continue, and is
- * abandoned. */
+/* A resume job that is dropped (its context closed, or its engine gone,
+ * or for a first run a soft stop refusing it) never ran: the coroutine can
+ * never continue, and is abandoned. */
 static void
 resume_notify (gpointer data)
 {
@@ -445,8 +457,10 @@ resume_notify (gpointer data)
   weft_coro_unref (c);
 }
 
-/* Posts the job that resumes @c (if the post fails, its notify has
- * abandoned @c). */
+/* Posts the job that runs @c first, or resumes it (if the post fails,
+ * its notify has abandoned @c). A resume continues work the context
+ * accepted: a soft stop does not refuse it (see
+ * weft__context_post_continuation()); a first run is new work. */
 static gboolean
 post_resume (WeftCoro *c)
 {
@@ -456,7 +470,9 @@ post_resume (WeftCoro *c)
   Resume *r = &c->resumes[seq & 1];
   r->c = weft_coro_ref (c);
   r->ran = FALSE;
-  return weft_context_post (c->ctx, resume_job, r, resume_notify);
+  if (atomic_load_explicit (&c->state, memory_order_relaxed) == ST_NEW)
+    return weft_context_post (c->ctx, resume_job, r, resume_notify);
+  return weft__context_post_continuation (c->ctx, resume_job, r, resume_notify);
 }
 
 /* A new coroutine, not started (state NEW, out), or NULL (@notify run). */
@@ -689,7 +705,7 @@ static gboolean
 timeout_cb (gpointer data)
 {
   WeftCoro *c = data;
-  c->timer = 0;
+  atomic_store_explicit (&c->timer, 0, memory_order_relaxed);
   weft__coro_wake (c, WEFT_CORO_WAKE_TIMEOUT);
   return G_SOURCE_REMOVE;
 }
@@ -724,18 +740,24 @@ weft__coro_wait (WeftCoro *c, gint timeout_ms)
      * timeout add (weft_context_add_timeout()): coroutines started inside
      * one long callback (pipelined HTTP handlers) each wait their full
      * time. */
-    c->timer = timeout_ms >= 0
-                 ? weft__context_add_timeout_from_now (c->ctx, (guint) timeout_ms, timeout_cb,
-                                                       weft_coro_ref (c), timeout_notify)
-                 : weft_context_add_timeout (c->ctx, FAR_AWAY_MS, timeout_cb, weft_coro_ref (c),
-                                             timeout_notify);
-  if (c->timer == 0 && atomic_load (&c->state) == ST_WAITING && weft_context_is_destroyed (c->ctx))
+    atomic_store_explicit (
+      &c->timer,
+      timeout_ms >= 0 ? weft__context_add_timeout_from_now (c->ctx, (guint) timeout_ms, timeout_cb,
+                                                            weft_coro_ref (c), timeout_notify)
+                      : weft_context_add_timeout (c->ctx, FAR_AWAY_MS, timeout_cb,
+                                                  weft_coro_ref (c), timeout_notify),
+      memory_order_relaxed);
+  if (atomic_load_explicit (&c->timer, memory_order_relaxed) == 0 &&
+      atomic_load (&c->state) == ST_WAITING && weft_context_is_destroyed (c->ctx))
     c->orphan = TRUE; /* nothing could bring it back: run() abandons it */
   switch_out (c, FALSE);
-  if (c->timer != 0)
+  /* (Running on the context: its timeout callback cannot clear this
+   * meanwhile, so no exchange.) */
+  guint timer = atomic_load_explicit (&c->timer, memory_order_relaxed);
+  if (timer != 0)
     {
-      weft_context_remove (c->ctx, c->timer);
-      c->timer = 0;
+      weft_context_remove (c->ctx, timer);
+      atomic_store_explicit (&c->timer, 0, memory_order_relaxed);
     }
   gint reason = atomic_load (&c->wake_reason);
   if (reason == WEFT_CORO_WAKE_INTERRUPT)
@@ -821,19 +843,22 @@ weft_coro_sleep (guint ms)
   return r == WEFT_CORO_WAKE_TIMEOUT ? 0 : -EINTR;
 }
 
-typedef struct {
-  WeftCoro *c;
-  guint id;
-  GIOCondition revents;
-} FdWait;
-
+/* The fd source holds a reference on the coroutine, not a pointer into
+ * its stack: an abandoned coroutine's stack is freed by whichever thread
+ * abandons it, while this callback may be running on a worker. */
 static gboolean
 fd_cb (gint fd, GIOCondition condition, gpointer data)
 {
-  FdWait *w = data;
-  w->revents = condition;
-  weft__coro_wake (w->c, WEFT_CORO_WAKE_EVENT);
+  WeftCoro *c = data;
+  c->fd_revents = condition; /* read after the resume the wake posts */
+  weft__coro_wake (c, WEFT_CORO_WAKE_EVENT);
   return G_SOURCE_REMOVE;
+}
+
+static void
+fd_wait_notify (gpointer data)
+{
+  weft_coro_unref (data);
 }
 
 /**
@@ -858,19 +883,23 @@ weft_coro_wait_fd (gint fd, GIOCondition events, gint timeout_ms, GIOCondition *
     *revents = 0;
   if (!weft__coro_prepare_wait (c))
     return -EINTR;
-  FdWait w = { c, 0, 0 };
   GError *error = NULL;
-  w.id = weft_context_add_fd (c->ctx, fd, events, fd_cb, &w, NULL, &error);
-  if (w.id == 0)
+  c->fd_revents = 0;
+  c->fd_wait = weft_context_add_fd (c->ctx, fd, events, fd_cb, weft_coro_ref (c), fd_wait_notify,
+                                    &error);
+  if (c->fd_wait == 0)
     {
       atomic_store (&c->state, ST_RUNNING);
       g_clear_error (&error);
       return -EBADF; /* epoll refused it: closed, or not pollable */
     }
   gint reason = weft__coro_wait (c, timeout_ms);
-  weft_context_remove (c->ctx, w.id); /* w lives on this stack: no callback after */
+  /* (Removed already if it fired: then this is a no-op.) The caller may
+   * close @fd once we return. */
+  weft_context_remove (c->ctx, c->fd_wait);
+  c->fd_wait = 0;
   if (revents != NULL)
-    *revents = w.revents;
+    *revents = c->fd_revents;
   return weft__coro_reason_to_errno (reason);
 }
 

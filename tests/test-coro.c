@@ -1103,6 +1103,120 @@ test_destroy_with_suspended (void)
   weft_coro_cond_unref (s.cond);
 }
 
+/* ---- an interrupt during a soft stop ------------------------------------ */
+
+typedef struct {
+  int pipe[2];
+  WeftContext *other;      /* where the notify tries to watch the pipe */
+  atomic_int waiting;
+  atomic_int result;       /* the wait's result, once it returned */
+  atomic_int returned;
+  atomic_int notified;
+  atomic_int still_watched; /* the notify found the pipe watched */
+  atomic_int busy_started;
+  WeftEngine *engine;
+  atomic_int shutdown_ok;
+} ShutWait;
+
+static gpointer
+shut_wait_body (gpointer data)
+{
+  ShutWait *w = data;
+  atomic_store (&w->waiting, 1);
+  atomic_store (&w->result, weft_coro_wait_fd (w->pipe[0], G_IO_IN, -1, NULL));
+  atomic_store (&w->returned, 1);
+  return NULL;
+}
+
+static gboolean
+never_ready (gint fd, GIOCondition condition, gpointer data)
+{
+  return G_SOURCE_CONTINUE;
+}
+
+/* The coroutine's end: its wait's fd must be out of the engine by now,
+ * since this is where an owner would close it. */
+static void
+shut_wait_notify (gpointer data)
+{
+  ShutWait *w = data;
+  GError *error = NULL;
+  guint id = weft_context_add_fd (w->other, w->pipe[0], G_IO_IN, never_ready, NULL, NULL, &error);
+  if (id == 0)
+    atomic_store (&w->still_watched, 1);
+  else
+    weft_context_remove (w->other, id);
+  g_clear_error (&error);
+  atomic_fetch_add (&w->notified, 1);
+}
+
+static void
+busy_job (gpointer data)
+{
+  ShutWait *w = data;
+  atomic_store (&w->busy_started, 1);
+  g_usleep (300 * 1000);
+}
+
+static gpointer
+shut_wait_shutdown (gpointer data)
+{
+  ShutWait *w = data;
+  atomic_store (&w->shutdown_ok, weft_engine_shutdown (w->engine, 10 * G_USEC_PER_SEC));
+  return NULL;
+}
+
+static void
+noop_job (gpointer data)
+{
+}
+
+static void
+test_interrupt_during_shutdown (void)
+{
+  g_test_summary ("A coroutine interrupted from another thread during weft_engine_shutdown() "
+                  "(the graceful shutdown weft_coro_interrupt() is for) sees -EINTR and ends "
+                  "by itself, its wait's fd out of the engine before its notify; it was "
+                  "abandoned with its context still open, and its fd source left watching "
+                  "for a coroutine already freed");
+  Env e;
+  env_init (&e, 2);
+  static ShutWait w;
+  memset (&w, 0, sizeof w);
+  wt_pipe (w.pipe);
+  w.engine = e.engine;
+  w.other = new_ctx (e.engine);
+  WeftContext *busy = new_ctx (e.engine);
+  WeftCoro *c = weft_coro_spawn (e.ctx, shut_wait_body, &w, shut_wait_notify, 0);
+  WT_WAIT_UNTIL (atomic_load (&w.waiting));
+  g_usleep (10000); /* suspended in its wait */
+
+  /* A long job keeps the engine from draining, so the shutdown is still
+   * refusing foreign posts when the interrupt comes. */
+  g_assert_true (weft_context_post (busy, busy_job, &w, NULL));
+  WT_WAIT_UNTIL (atomic_load (&w.busy_started));
+  GThread *t = g_thread_new ("shutdown", shut_wait_shutdown, &w);
+  WT_WAIT_UNTIL (!weft_engine_post (e.engine, noop_job, NULL, NULL)); /* refusing now */
+  weft_coro_interrupt (c);
+
+  WT_WAIT_UNTIL (atomic_load (&w.notified) == 1);
+  g_assert_cmpint (atomic_load (&w.returned), ==, 1);
+  g_assert_cmpint (atomic_load (&w.result), ==, -EINTR);
+  g_assert_cmpint (atomic_load (&w.still_watched), ==, 0);
+  g_assert_false (weft_context_is_destroyed (e.ctx));
+  /* Readiness now reaches no stale source. */
+  g_assert_cmpint (write (w.pipe[1], "x", 1), ==, 1);
+  g_thread_join (t);
+  g_assert_true (atomic_load (&w.shutdown_ok));
+  g_assert_cmpint (atomic_load (&w.notified), ==, 1);
+  weft_coro_unref (c);
+  weft_context_unref (busy);
+  weft_context_unref (w.other);
+  env_clear (&e);
+  close (w.pipe[0]);
+  close (w.pipe[1]);
+}
+
 /* ---- a wake chosen for a coroutine abandoned before it took it ---------- */
 
 typedef enum { HANDED_MUTEX, HANDED_COND, HANDED_CHANNEL } HandedKind;
@@ -1512,6 +1626,7 @@ main (int argc, char **argv)
   g_test_add_func ("/coro/read-timeout-after-vain-wake", test_read_timeout_after_vain_wake);
   g_test_add_func ("/coro/locals", test_locals);
   g_test_add_func ("/coro/destroy-with-suspended", test_destroy_with_suspended);
+  g_test_add_func ("/coro/interrupt-during-shutdown", test_interrupt_during_shutdown);
   g_test_add_data_func ("/coro/mutex-handed-to-abandoned-waiter",
                         GINT_TO_POINTER (HANDED_MUTEX), test_handed_to_abandoned);
   g_test_add_data_func ("/coro/cond-signal-to-abandoned-waiter",

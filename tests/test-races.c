@@ -8,6 +8,8 @@
  */
 #include "weft-test-util.h"
 
+#include <sys/eventfd.h>
+
 /* Two threads released together, so the racing calls overlap. */
 typedef struct {
   pthread_barrier_t barrier;
@@ -252,6 +254,96 @@ test_modify_fd_vs_readiness (void)
   race_clear (&r);
 }
 
+/* ---- /races/coro-abandon-vs-destroy ------------------------------------- */
+
+#define ABANDON_COROS 50
+#define ABANDON_ROUNDS 20
+
+typedef struct {
+  WeftContext *other;     /* where a notify tries to watch its fd */
+  atomic_int waiting;
+  atomic_int notified;
+  atomic_int still_watched;
+} Abandon;
+
+typedef struct {
+  Abandon *a;
+  int fd;
+} AbandonWait;
+
+static gpointer
+abandon_body (gpointer data)
+{
+  AbandonWait *w = data;
+  atomic_fetch_add (&w->a->waiting, 1);
+  weft_coro_wait_fd (w->fd, G_IO_IN, 5, NULL);
+  return NULL;
+}
+
+static gboolean
+abandon_never (gint fd, GIOCondition condition, gpointer data)
+{
+  return G_SOURCE_CONTINUE;
+}
+
+/* Where the owner of an abandoned coroutine's fd closes it: the engine
+ * must not watch it any more (else the number, reused, loses its new
+ * watcher to the late EPOLL_CTL_DEL). */
+static void
+abandon_notify (gpointer data)
+{
+  AbandonWait *w = data;
+  GError *error = NULL;
+  guint id = weft_context_add_fd (w->a->other, w->fd, G_IO_IN, abandon_never, NULL, NULL, &error);
+  if (id == 0)
+    atomic_fetch_add (&w->a->still_watched, 1);
+  else
+    weft_context_remove (w->a->other, id);
+  g_clear_error (&error);
+  wt_close (w->fd);
+  atomic_fetch_add (&w->a->notified, 1);
+  g_free (w);
+}
+
+static void
+test_coro_abandon_vs_destroy (void)
+{
+  g_test_summary ("Coroutines in weft_coro_wait_fd() whose context is destroyed while their "
+                  "5 ms timeouts fire: each notify runs once its fd has left the engine, "
+                  "whether the wait ended, or the coroutine was abandoned by the destroy or "
+                  "by its own timeout's refused resume");
+  WeftEngine *engine = wt_engine_new (2);
+  Abandon a = { 0 };
+  a.other = weft_context_new (engine);
+  weft_context_dispatch (a.other);
+  for (int round = 0; round < ABANDON_ROUNDS; round++)
+    {
+      WeftContext *ctx = weft_context_new (engine);
+      weft_context_dispatch (ctx);
+      atomic_store (&a.waiting, 0);
+      for (int i = 0; i < ABANDON_COROS; i++)
+        {
+          AbandonWait *w = g_new (AbandonWait, 1);
+          w->a = &a;
+          w->fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+          g_assert_cmpint (w->fd, >=, 0);
+          weft_coro_unref (weft_coro_spawn (ctx, abandon_body, w, abandon_notify, 0));
+        }
+      WT_WAIT_UNTIL (atomic_load (&a.waiting) == ABANDON_COROS);
+      /* From before the timeouts to after them, a different offset each
+       * round. */
+      g_usleep (3000 + (round * 211) % 4000);
+      weft_context_destroy (ctx);
+      weft_context_unref (ctx);
+    }
+  WT_WAIT_UNTIL (atomic_load (&a.notified) == ABANDON_ROUNDS * ABANDON_COROS);
+  g_assert_cmpint (atomic_load (&a.notified), ==, ABANDON_ROUNDS * ABANDON_COROS);
+  g_assert_cmpint (atomic_load (&a.still_watched), ==, 0);
+  weft_context_destroy (a.other);
+  weft_context_unref (a.other);
+  weft_engine_unref (engine);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -260,5 +352,6 @@ main (int argc, char **argv)
   g_test_add_func ("/races/add-timeout-vs-destroy", test_add_timeout_vs_destroy);
   g_test_add_func ("/races/post-vs-last-engine-unref", test_post_vs_last_engine_unref);
   g_test_add_func ("/races/modify-fd-vs-readiness", test_modify_fd_vs_readiness);
+  g_test_add_func ("/races/coro-abandon-vs-destroy", test_coro_abandon_vs_destroy);
   return g_test_run ();
 }
