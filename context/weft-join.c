@@ -39,7 +39,9 @@ G_DEFINE_BOXED_TYPE (WeftJoin, weft_join, weft_join_ref, weft_join_unref)
  *   when the join is freed without completing
  *
  * Creates a join point. The continuation runs exactly once, when the count
- * of pending tasks drops to zero through weft_join_done().
+ * of pending tasks drops to zero through weft_join_done(); a lazy one also
+ * during weft_engine_shutdown(), from whatever thread the last task ends
+ * on, but not once @context is destroyed (then only @notify runs).
  *
  * Returns: (transfer full): a new join point
  */
@@ -135,7 +137,9 @@ weft_join_done (WeftJoin *self)
        * join, and with it this reference to the context, while the post
        * still reads the context: post through one of our own. */
       WeftContext *ctx = weft_context_ref (self->context);
-      weft_context_post (ctx, self->func, self->user_data, self->notify);
+      /* The rest of accepted work: a soft stop does not refuse it when the
+       * last task ends on a thread of the application. */
+      weft__context_post_continuation (ctx, self->func, self->user_data, self->notify);
       weft_context_unref (ctx);
     }
   else

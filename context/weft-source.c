@@ -152,9 +152,12 @@ weft__source_finalize (WeftSource *source)
  *
  * Removes a source. Safe from any thread, and from any callback of @self,
  * including the callback of the source being removed. Once this returns,
- * the source's callback will not start again; if it is running on another
- * worker right now, it finishes first. Its destroy notify runs exactly
- * once: here, or on the worker when the running callback returns.
+ * the source's callback will not start again. A call a worker had already
+ * begun goes on (from another thread, that may be a call about to enter
+ * the callback: the worker marks the source running just before), and
+ * this does not wait for it. Its destroy notify runs exactly once: here,
+ * or on the worker when that call returns; free what the callback uses
+ * there.
  *
  * Returns: %TRUE if @id named a source of @self, %FALSE if it was already
  *   removed (or never existed)
