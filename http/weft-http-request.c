@@ -624,13 +624,14 @@ attach (WeftHttpRequest *req)
       if (!hc->flush_posted && !hc->closed)
         {
           hc->flush_posted = TRUE;
-          weft_context_post (weft_http_conn_ctx (hc), flush_job, weft_http_conn_ref (hc),
-                             (GDestroyNotify) weft_http_conn_unref);
+          weft__context_post_continuation (weft_http_conn_ctx (hc), flush_job,
+                                           weft_http_conn_ref (hc),
+                                           (GDestroyNotify) weft_http_conn_unref);
         }
       return;
     }
-  weft_context_post (weft_http_conn_ctx (hc), attach_job, weft_http_request_ref (req),
-                     (GDestroyNotify) weft_http_request_unref);
+  weft__context_post_continuation (weft_http_conn_ctx (hc), attach_job, weft_http_request_ref (req),
+                                   (GDestroyNotify) weft_http_request_unref);
 }
 
 /* An answer the server gives itself (errors, 404), on the context. */
@@ -1088,8 +1089,9 @@ weft_http_stream_pump (WeftHttpRequest *req)
       hc->active != req)
     return;
   req->producer_queued = TRUE;
-  weft_context_post (weft_http_conn_ctx (hc), producer_job, weft_http_request_ref (req),
-                     (GDestroyNotify) weft_http_request_unref);
+  weft__context_post_continuation (weft_http_conn_ctx (hc), producer_job,
+                                   weft_http_request_ref (req),
+                                   (GDestroyNotify) weft_http_request_unref);
 }
 
 static void
@@ -1229,7 +1231,7 @@ stream_op (WeftHttpRequest *req, GBytes *chunk, gsize payload)
   op->req = weft_http_request_ref (req);
   op->chunk = chunk;
   op->payload = payload;
-  weft_context_post (weft_http_conn_ctx (hc), stream_op_job, op, stream_op_free);
+  weft__context_post_continuation (weft_http_conn_ctx (hc), stream_op_job, op, stream_op_free);
 }
 
 static gboolean
@@ -1436,6 +1438,7 @@ weft_http_request_read_body (WeftHttpRequest *self, WeftHttpBodyFunc func, gpoin
   self->body_data = user_data;
   self->body_notify = notify;
   atomic_store (&self->body_wanted, TRUE);
-  weft_context_post (weft_http_conn_ctx (self->hc), read_body_job, weft_http_request_ref (self),
-                     (GDestroyNotify) weft_http_request_unref);
+  weft__context_post_continuation (weft_http_conn_ctx (self->hc), read_body_job,
+                                   weft_http_request_ref (self),
+                                   (GDestroyNotify) weft_http_request_unref);
 }

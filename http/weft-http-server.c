@@ -957,7 +957,7 @@ post_sweep_close (WeftContext *ctx, WeftConnection *conn, HttpConn *hc, gint64 p
   sc->conn = conn;
   sc->hc = hc;
   sc->prev_now = prev_now;
-  weft_context_post (ctx, keepalive_close_job, sc, sweep_close_free);
+  weft__context_post_continuation (ctx, keepalive_close_job, sc, sweep_close_free);
 }
 
 guint
@@ -1333,8 +1333,8 @@ wind_down_job (gpointer data)
 static void
 post_wind_down (HttpConn *hc)
 {
-  weft_context_post (weft_http_conn_ctx (hc), wind_down_job, weft_http_conn_ref (hc),
-                     (GDestroyNotify) weft_http_conn_unref);
+  weft__context_post_continuation (weft_http_conn_ctx (hc), wind_down_job, weft_http_conn_ref (hc),
+                                   (GDestroyNotify) weft_http_conn_unref);
 }
 
 static void
@@ -2066,8 +2066,9 @@ weft_http_server_shutdown (WeftHttpServer *self, guint timeout_ms, WeftListenerD
   for (guint i = 0; i < conns->len; i++)
     {
       WeftConnection *conn = conns->pdata[i];
-      weft_context_post (weft_connection_get_context (conn), wind_down_conn_job,
-                         weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+      weft__context_post_continuation (weft_connection_get_context (conn), wind_down_conn_job,
+                                       weft_connection_ref (conn),
+                                       (GDestroyNotify) weft_connection_unref);
     }
   g_ptr_array_unref (conns);
   pthread_mutex_lock (&self->live_lock);

@@ -174,7 +174,7 @@ on_connect_fd (gint fd, GIOCondition condition, gpointer data)
     err = ECONNREFUSED;
   c->attempt_error = err;
   c->fd_id = 0;
-  weft_context_post (c->ctx, attempt_done_job, connect_ref (c), connect_unref);
+  weft__context_post_continuation (c->ctx, attempt_done_job, connect_ref (c), connect_unref);
   return G_SOURCE_REMOVE;
 }
 
@@ -272,7 +272,7 @@ resolve (gpointer data, gpointer unused)
   /* Our reference goes to the job, which may drop the last one of the
    * context before the post returns: hold the context meanwhile. */
   WeftContext *ctx = weft_context_ref (c->ctx);
-  weft_context_post (ctx, resolved_job, c, connect_unref);
+  weft__context_post_continuation (ctx, resolved_job, c, connect_unref);
   weft_context_unref (ctx);
 }
 

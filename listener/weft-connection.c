@@ -762,8 +762,8 @@ reader_installed (WeftConnection *self)
   if (self->closed)
     return;
   if (self->rlen > 0 && !self->in_fd_callback)
-    weft_context_post (self->ctx, deliver_buffered_job, weft_connection_ref (self),
-                       (GDestroyNotify) weft_connection_unref);
+    weft__context_post_continuation (self->ctx, deliver_buffered_job, weft_connection_ref (self),
+                                     (GDestroyNotify) weft_connection_unref);
   if (!self->in_fd_callback)
     update_interest (self);
 }
@@ -1675,8 +1675,8 @@ flush (WeftConnection *self)
           if (!self->drained_posted)
             {
               self->drained_posted = TRUE;
-              weft_context_post (self->ctx, drained_job, weft_connection_ref (self),
-                                 (GDestroyNotify) weft_connection_unref);
+              weft__context_post_continuation (self->ctx, drained_job, weft_connection_ref (self),
+                                               (GDestroyNotify) weft_connection_unref);
             }
         }
       else
@@ -1775,8 +1775,8 @@ update_interest (WeftConnection *self)
       !self->read_more_posted && !self->in_fd_callback)
     {
       self->read_more_posted = TRUE;
-      weft_context_post (self->ctx, read_more_job, weft_connection_ref (self),
-                         (GDestroyNotify) weft_connection_unref);
+      weft__context_post_continuation (self->ctx, read_more_job, weft_connection_ref (self),
+                                       (GDestroyNotify) weft_connection_unref);
     }
 }
 
@@ -2490,8 +2490,8 @@ weft_connection_start_tls (WeftConnection *self, WeftTlsConfig *config,
   /* From the fd callback this takes effect when it returns. */
   weft__context_set_fd_interest (self->ctx, self->fd_id, self->interest, NULL);
   if (!server)
-    weft_context_post (self->ctx, start_tls_job, weft_connection_ref (self),
-                       (GDestroyNotify) weft_connection_unref);
+    weft__context_post_continuation (self->ctx, start_tls_job, weft_connection_ref (self),
+                                     (GDestroyNotify) weft_connection_unref);
 }
 
 /**

@@ -219,7 +219,8 @@ weft_listener_unref (WeftListener *self)
        * drops the reference. The job may free the listener and its
        * context before the post returns: hold the context meanwhile. */
       WeftContext *ctx = weft_context_ref (self->ctx);
-      weft_context_post (ctx, stop_accepting_job, self, listener_unref_internal_notify);
+      weft__context_post_continuation (ctx, stop_accepting_job, self,
+                                       listener_unref_internal_notify);
       weft_context_unref (ctx);
       return;
     }
@@ -297,7 +298,7 @@ weft_listener_set_max_connections (WeftListener *self, guint max_connections)
     {
       /* The pause state lives on the listener's context: look there. */
       g_atomic_int_inc (&self->internal_refs);
-      weft_context_post (self->ctx, resume_job, self, listener_unref_internal_notify);
+      weft__context_post_continuation (self->ctx, resume_job, self, listener_unref_internal_notify);
     }
 }
 
@@ -420,12 +421,13 @@ weft__listener_connection_closed (WeftListener *self, WeftConnection *conn)
   if (max != 0 && before == max)
     {
       g_atomic_int_inc (&self->internal_refs);
-      weft_context_post (self->ctx, resume_job, self, listener_unref_internal_notify);
+      weft__context_post_continuation (self->ctx, resume_job, self, listener_unref_internal_notify);
     }
   if (stopping && before == 1)
     {
       g_atomic_int_inc (&self->internal_refs);
-      weft_context_post (self->ctx, drained_job, self, listener_unref_internal_notify);
+      weft__context_post_continuation (self->ctx, drained_job, self,
+                                       listener_unref_internal_notify);
     }
   listener_internal_unref (self); /* the connection's reference */
 }
@@ -569,7 +571,7 @@ take_connection (WeftListener *self, int fd)
   a->listener = self;
   g_atomic_int_inc (&self->internal_refs);
   a->conn = conn; /* our reference goes to the job */
-  weft_context_post (ctx, accepted_job, a, accepted_free);
+  weft__context_post_continuation (ctx, accepted_job, a, accepted_free);
   weft_context_dispatch (ctx);
   weft_context_unref (ctx); /* the connection keeps it */
 }
@@ -1257,8 +1259,9 @@ deadline_passed (gpointer data)
       WeftConnection *conn = live->pdata[i];
       /* Abort on the connection's own context (nothing if it is closed
        * already); the job's reference keeps the connection alive until then. */
-      weft_context_post (weft_connection_get_context (conn), abort_job,
-                         weft_connection_ref (conn), (GDestroyNotify) weft_connection_unref);
+      weft__context_post_continuation (weft_connection_get_context (conn), abort_job,
+                                       weft_connection_ref (conn),
+                                       (GDestroyNotify) weft_connection_unref);
     }
   g_ptr_array_unref (live);
   return G_SOURCE_REMOVE;
@@ -1334,7 +1337,7 @@ weft_listener_shutdown (WeftListener *self, guint timeout_ms, WeftListenerDoneFu
   pthread_mutex_unlock (&self->lock);
   if (!started)
     weft_context_dispatch (self->ctx); /* never started: let the job run */
-  weft_context_post (self->ctx, shutdown_job, s, shutdown_free);
+  weft__context_post_continuation (self->ctx, shutdown_job, s, shutdown_free);
 }
 
 /**

@@ -1491,6 +1491,79 @@ test_shutdown (void)
   srv_stop (&s);
 }
 
+/* ---- an answer from a thread during the engine's soft stop ---------------- */
+
+typedef struct {
+  WeftEngine *engine;
+  atomic_int busy_started;
+  atomic_int ok;
+  atomic_int done;
+} EngineShut;
+
+static void
+engine_shut_busy (gpointer data)
+{
+  EngineShut *e = data;
+  atomic_store (&e->busy_started, 1);
+  g_usleep (500 * 1000);
+}
+
+static gpointer
+engine_shut_thread (gpointer data)
+{
+  EngineShut *e = data;
+  atomic_store (&e->ok, weft_engine_shutdown (e->engine, 10 * G_USEC_PER_SEC));
+  atomic_store (&e->done, 1);
+  return NULL;
+}
+
+static void
+engine_shut_noop (gpointer data)
+{
+}
+
+static void
+test_engine_shutdown_answers_in_flight (void)
+{
+  g_test_summary ("A request whose handler answers from another thread while "
+                  "weft_engine_shutdown() drains the engine gets its answer: the answer "
+                  "continues accepted work, so the soft stop does not refuse it (it was "
+                  "dropped, and the client waited for ever)");
+  Srv s;
+  srv_start (&s, 0, 0);
+  EngineShut e = { s.engine };
+  WeftContext *busy = weft_context_new (s.engine);
+  weft_context_dispatch (busy);
+
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
+  g_usleep (20000); /* in its handler: answered from a thread 100 ms later */
+  /* A long job keeps the engine from draining, so the shutdown refuses
+   * foreign posts when the answer comes. */
+  g_assert_true (weft_context_post (busy, engine_shut_busy, &e, NULL));
+  WT_WAIT_UNTIL (atomic_load (&e.busy_started));
+  GThread *t = g_thread_new ("shutdown", engine_shut_thread, &e);
+  WT_WAIT_UNTIL (!weft_engine_post (s.engine, engine_shut_noop, NULL, NULL));
+
+  /* The answer arrives before the engine stops; the connection stays. */
+  GString *got = g_string_new (NULL);
+  while (strstr (got->str, "\r\n\r\nslow") == NULL)
+    {
+      char buf[1024];
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      if (n <= 0)
+        g_error ("no answer (%s) after:\n%s", n == 0 ? "closed" : g_strerror (errno), got->str);
+      g_string_append_len (got, buf, n);
+    }
+  g_assert_true (g_str_has_prefix (got->str, "HTTP/1.1 200 "));
+  g_string_free (got, TRUE);
+  g_thread_join (t);
+  g_assert_true (atomic_load (&e.ok));
+  close (fd);
+  weft_context_unref (busy);
+  srv_stop (&s);
+}
+
 /* ApacheBench with keep-alive: every request answered, on few
  * connections, none failed. */
 static void
@@ -2658,6 +2731,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/static-hostile-paths-fallback",
                    test_static_hostile_paths_fallback);
   g_test_add_func ("/http-server/shutdown", test_shutdown);
+  g_test_add_func ("/http-server/engine-shutdown-answers-in-flight",
+                   test_engine_shutdown_answers_in_flight);
   g_test_add_func ("/http-server/ab-keepalive", test_ab_keepalive);
   g_test_add_func ("/http-server/params-and-query", test_params);
   g_test_add_func ("/http-server/limits", test_limits);
