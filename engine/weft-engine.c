@@ -404,7 +404,9 @@ drained (WeftEngine *self)
  * Soft stop. From now on, posts from threads that are not workers of @self
  * are refused (they return %FALSE after calling their destroy notify);
  * work already queued, and whatever it posts from inside the engine, keeps
- * running, as do fd and timeout callbacks. Once no job is queued or
+ * running, as do fd and timeout callbacks. What continues accepted work
+ * from another thread is not refused: a coroutine's resume, a lazy join's
+ * continuation, an HTTP answer, the connections' and listeners' own steps. Once no job is queued or
  * running — or once @timeout_us has passed — the engine stops as with
  * weft_engine_stop(). Must not be called from a worker of @self. Several
  * threads may stop and shut down the engine at once: a shutdown whose
