@@ -332,6 +332,8 @@ drop_queued (WeftEngine *self, gboolean keep_contexts)
   g_ptr_array_unref (contexts);
 }
 
+static gboolean drained (WeftEngine *self);
+
 /**
  * weft_engine_stop:
  * @self: an engine
@@ -342,8 +344,6 @@ drop_queued (WeftEngine *self, gboolean keep_contexts)
  * Contexts keep their queues, fds and timeouts and resume after
  * weft_engine_start(). Must not be called from a worker of @self.
  */
-static gboolean drained (WeftEngine *self);
-
 void
 weft_engine_stop (WeftEngine *self)
 {
@@ -406,8 +406,9 @@ drained (WeftEngine *self)
  * work already queued, and whatever it posts from inside the engine, keeps
  * running, as do fd and timeout callbacks. What continues accepted work
  * from another thread is not refused: a coroutine's resume, a lazy join's
- * continuation, an HTTP answer, the connections' and listeners' own steps. Once no job is queued or
- * running — or once @timeout_us has passed — the engine stops as with
+ * continuation, an HTTP answer, the connections' and listeners' own steps.
+ * Once no job is queued or running — or once @timeout_us has passed — the
+ * engine stops as with
  * weft_engine_stop(). Must not be called from a worker of @self. Several
  * threads may stop and shut down the engine at once: a shutdown whose
  * engine another thread stops meanwhile returns once that stop is done.
