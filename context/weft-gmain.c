@@ -141,6 +141,11 @@ static gboolean
 bridge_dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
 {
   WeftEngine *e = bridge_engine (source);
+  /* (Never NULL once attached: weft__gmain_bridge_start() publishes the
+   * engine first. It was published after, and a restarted engine's source,
+   * its epoll fd ready, was dispatched in between.) */
+  if (G_UNLIKELY (e == NULL))
+    return G_SOURCE_CONTINUE;
   WeftGMainBridge *b = e->bridge;
   WeftWorker *w = &e->workers[0];
 
@@ -217,8 +222,12 @@ weft__gmain_bridge_start (WeftEngine *self, GError **error)
   g_assert (b->source == NULL);
   b->source = source;
   weft__mutex_unlock (&b->lock);
-  g_source_attach (source, b->main_context);
+  /* Published before the attach: once attached, another thread iterating
+   * the GMainContext may dispatch the source at once (GLib dispatches a
+   * source whose fd polled ready even when check() said no), and its
+   * acquire load must find the engine, and everything set before it. */
   atomic_store_explicit (&bs->engine, ref, memory_order_release);
+  g_source_attach (source, b->main_context);
   return TRUE;
 }
 
@@ -288,7 +297,10 @@ weft__gmain_bridge_drain (WeftEngine *self, gint64 deadline)
       WeftWorker *previous = weft__worker_enter (w);
       for (;;)
         {
-          if (g_get_monotonic_time () >= deadline)
+          /* A hard stop from another thread ends the drain: it waits for
+           * us ('dispatching'), and its level-triggered stop fd makes every
+           * turn look busy. */
+          if (g_get_monotonic_time () >= deadline || atomic_load (&self->stopping))
             {
               drained = 0;
               break;

@@ -333,6 +333,7 @@ drop_queued (WeftEngine *self, gboolean keep_contexts)
 }
 
 static gboolean drained (WeftEngine *self);
+static void stop (WeftEngine *self, int drained_hint);
 
 /**
  * weft_engine_stop:
@@ -354,7 +355,15 @@ weft_engine_stop (WeftEngine *self)
                   "cannot join itself");
       return;
     }
+  stop (self, -1);
+}
 
+/* The hard stop. @drained_hint: whether the queues had drained, from the
+ * shutdown that stops (a bridged engine's drain leaves its one worker
+ * counted awake, so drained() cannot tell afterwards), or -1 to look. */
+static void
+stop (WeftEngine *self, int drained_hint)
+{
   weft__mutex_lock (&self->lock);
   /* A second stopper waits for the first instead of joining twice. */
   while (self->joining)
@@ -365,7 +374,7 @@ weft_engine_stop (WeftEngine *self)
       return;
     }
   self->joining = TRUE;
-  self->stop_drained = drained (self);
+  self->stop_drained = drained_hint >= 0 ? drained_hint : drained (self);
   atomic_store (&self->stopping, 1);
   weft__eventfd_signal (self->stop_fd);
   weft__mutex_unlock (&self->lock);
@@ -468,7 +477,7 @@ weft_engine_shutdown (WeftEngine *self, gint64 timeout_us)
     }
   weft__mutex_unlock (&self->lock);
 
-  weft_engine_stop (self);
+  stop (self, ok);
   return ok;
 }
 

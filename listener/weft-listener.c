@@ -165,6 +165,15 @@ listener_internal_unref (WeftListener *self)
   for (guint i = 0; i < self->sockets->len; i++)
     {
       ListenSocket *ls = self->sockets->pdata[i];
+      /* Still watched if the stop-accepting job never ran (its context
+       * was closed first, by the engine's last unref): out of epoll before
+       * the close, or a number reused meanwhile would lose its watcher.
+       * (On a closed context the close detached it already.) */
+      if (ls->id != 0)
+        {
+          weft_context_remove (self->ctx, ls->id);
+          ls->id = 0;
+        }
       close_socket (ls);
       g_free (ls);
     }

@@ -927,6 +927,206 @@ test_context_outlives_main_context (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /gmain/stop-during-shutdown-drain ---------------------------------- */
+
+typedef struct {
+  WeftEngine *engine;
+  atomic_int job_started;
+  atomic_int job_done;
+  atomic_int shutdown_ok;
+  atomic_int shutdown_returned;
+  atomic_int stop_returned;
+} BridgeStop;
+
+static void
+bridge_stop_slow_job (gpointer data)
+{
+  BridgeStop *b = data;
+  atomic_store (&b->job_started, 1);
+  g_usleep (300 * 1000);
+  atomic_store (&b->job_done, 1);
+}
+
+static gpointer
+bridge_stop_shutdown (gpointer data)
+{
+  BridgeStop *b = data;
+  atomic_store (&b->shutdown_ok, weft_engine_shutdown (b->engine, 10 * G_USEC_PER_SEC));
+  atomic_store (&b->shutdown_returned, 1);
+  return NULL;
+}
+
+static gpointer
+bridge_stop_stop (gpointer data)
+{
+  BridgeStop *b = data;
+  weft_engine_stop (b->engine);
+  atomic_store (&b->stop_returned, 1);
+  return NULL;
+}
+
+static void
+test_stop_during_shutdown_drain (void)
+{
+  g_test_summary ("A weft_engine_stop() while weft_engine_shutdown() drains a bridged engine "
+                  "nobody iterates returns once the running job has returned, and so does "
+                  "the shutdown: the drain took the stop's level-triggered eventfd for "
+                  "progress and never ended, while the stop waited for it");
+  GMainContext *mc = g_main_context_new ();
+  GError *error = NULL;
+  BridgeStop b = { weft_engine_new_for_main_context (mc, &error) };
+  g_assert_no_error (error);
+  g_assert_true (weft_engine_post (b.engine, bridge_stop_slow_job, &b, NULL));
+  GThread *shut = g_thread_new ("shutdown", bridge_stop_shutdown, &b);
+  WT_WAIT_UNTIL (atomic_load (&b.job_started)); /* the shutdown's drain runs it */
+  gint64 t0 = g_get_monotonic_time ();
+  GThread *stop = g_thread_new ("stop", bridge_stop_stop, &b);
+  WT_WAIT_UNTIL (atomic_load (&b.shutdown_returned) && atomic_load (&b.stop_returned));
+  g_assert_cmpint (atomic_load (&b.stop_returned), ==, 1);
+  g_assert_cmpint (atomic_load (&b.shutdown_returned), ==, 1);
+  g_assert_cmpint (g_get_monotonic_time () - t0, <, 2 * G_USEC_PER_SEC);
+  g_assert_cmpint (atomic_load (&b.job_done), ==, 1);
+  g_thread_join (stop);
+  g_thread_join (shut);
+  g_assert_false (weft_engine_is_running (b.engine));
+  weft_engine_unref (b.engine);
+  g_main_context_unref (mc);
+}
+
+/* ---- /gmain/two-shutdowns ----------------------------------------------- */
+
+static void
+bridge_slow_job (gpointer data)
+{
+  g_usleep (200 * 1000);
+}
+
+static gpointer
+bridge_shutdown_thread (gpointer data)
+{
+  return GINT_TO_POINTER (weft_engine_shutdown (data, 10 * G_USEC_PER_SEC));
+}
+
+static void
+test_two_shutdowns (void)
+{
+  g_test_summary ("Two weft_engine_shutdown() calls at once on a bridged engine nobody "
+                  "iterates both answer TRUE once the queued job ran: the second waits for "
+                  "the first's stop and answers for it (it said FALSE, since a bridge's "
+                  "drain leaves its one worker counted awake)");
+  GMainContext *mc = g_main_context_new ();
+  GError *error = NULL;
+  WeftEngine *engine = weft_engine_new_for_main_context (mc, &error);
+  g_assert_no_error (error);
+  g_assert_true (weft_engine_post (engine, bridge_slow_job, NULL, NULL));
+  GThread *first = g_thread_new ("first", bridge_shutdown_thread, engine);
+  g_usleep (50 * 1000); /* the first is draining */
+  GThread *second = g_thread_new ("second", bridge_shutdown_thread, engine);
+  g_assert_true (GPOINTER_TO_INT (g_thread_join (first)));
+  g_assert_true (GPOINTER_TO_INT (g_thread_join (second)));
+  weft_engine_unref (engine);
+  g_main_context_unref (mc);
+}
+
+/* ---- /gmain/restart-while-iterating --------------------------------------- */
+
+typedef struct {
+  GMainContext *mc;
+  atomic_int quit;
+  atomic_int pause;   /* asked: stop iterating until cleared */
+  atomic_int paused;  /* out of GLib, waiting for pause to clear */
+} Iterator;
+
+/* Iterates, and steps out of GLib on request (a wake-up ends its blocking
+ * iteration): the
+ * stopping thread destroys the bridge's source only while this one is out
+ * (GLib's own lists, which both would touch under its GMutex, are not
+ * visible to TSan); the start, the step under test, runs while it
+ * iterates. */
+static gpointer
+iterator_thread (gpointer data)
+{
+  Iterator *it = data;
+  while (!atomic_load (&it->quit))
+    {
+      if (atomic_load (&it->pause))
+        {
+          atomic_store (&it->paused, 1);
+          while (atomic_load (&it->pause) && !atomic_load (&it->quit))
+            sched_yield ();
+          atomic_store (&it->paused, 0);
+          continue;
+        }
+      /* Blocking: with no source attached it sleeps in the poll, and the
+       * attach of a restart wakes it into the new source at once. */
+      g_main_context_iteration (it->mc, TRUE);
+    }
+  return NULL;
+}
+
+static void
+gm_set_flag_job (gpointer data)
+{
+  atomic_store ((atomic_int *) data, 1);
+}
+
+static gboolean
+never_read (gint fd, GIOCondition condition, gpointer data)
+{
+  return G_SOURCE_CONTINUE; /* stays readable: so does the engine's epoll fd */
+}
+
+static void
+test_restart_while_iterating (void)
+{
+  g_test_summary ("A bridged engine stopped and started again 300 times while another thread "
+                  "iterates its GMainContext, its epoll fd always readable: each start's new "
+                  "source runs the engine's work on that thread. (A source dispatched "
+                  "between its attach and its engine's publication crashed on a NULL engine; "
+                  "that window is gone by construction, and this test hits it only by luck)");
+  Iterator it = { g_main_context_new () };
+  GError *error = NULL;
+  WeftEngine *engine = weft_engine_new_for_main_context (it.mc, &error);
+  g_assert_no_error (error);
+  int p[2];
+  wt_pipe (p);
+  wt_write_byte (p[1]);
+  WeftContext *ctx = weft_context_new (engine);
+  g_assert_cmpuint (weft_context_add_fd (ctx, p[0], G_IO_IN, never_read, NULL, NULL, &error), !=,
+                    0);
+  g_assert_no_error (error);
+  weft_context_dispatch (ctx);
+  GThread *t = g_thread_new ("iterate", iterator_thread, &it);
+  for (int i = 0; i < 300; i++)
+    {
+      atomic_store (&it.pause, 1);
+      g_main_context_wakeup (it.mc);
+      WT_WAIT_UNTIL (atomic_load (&it.paused));
+      weft_engine_stop (engine);
+      atomic_store (&it.pause, 0);
+      WT_WAIT_UNTIL (!atomic_load (&it.paused));
+      g_usleep (100); /* back in its poll */
+      g_assert_true (weft_engine_start (engine, &error)); /* while it iterates */
+      g_assert_no_error (error);
+      atomic_int ran = 0;
+      g_assert_true (weft_engine_post (engine, gm_set_flag_job, &ran, NULL));
+      WT_WAIT_UNTIL (atomic_load (&ran));
+      g_assert_cmpint (atomic_load (&ran), ==, 1);
+    }
+  atomic_store (&it.pause, 1);
+  g_main_context_wakeup (it.mc);
+  WT_WAIT_UNTIL (atomic_load (&it.paused));
+  weft_engine_stop (engine);
+  atomic_store (&it.quit, 1);
+  g_thread_join (t);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_main_context_unref (it.mc);
+  wt_close (p[0]);
+  wt_close (p[1]);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -940,5 +1140,8 @@ main (int argc, char **argv)
   g_test_add_func ("/gmain/shutdown-with-queued", test_shutdown_with_queued);
   g_test_add_func ("/gmain/engine-shutdown-runs-queued", test_engine_shutdown_runs_queued);
   g_test_add_func ("/gmain/context-outlives-main-context", test_context_outlives_main_context);
+  g_test_add_func ("/gmain/stop-during-shutdown-drain", test_stop_during_shutdown_drain);
+  g_test_add_func ("/gmain/two-shutdowns", test_two_shutdowns);
+  g_test_add_func ("/gmain/restart-while-iterating", test_restart_while_iterating);
   return g_test_run ();
 }
