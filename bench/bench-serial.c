@@ -123,6 +123,22 @@ run_job_local (gpointer data)
     }
 }
 
+/* Clears what the jobs of a pass count. */
+static void
+reset_pass (long n_queues)
+{
+  for (long q = 0; q < n_queues; q++)
+    {
+      queues[q].next_seq = 0;
+      queues[q].sum = 0;
+    }
+  atomic_store (&n_done, 0);
+  atomic_store (&queues_done, 0);
+  atomic_store (&checksum, 0);
+  atomic_store (&conc_violations, 0);
+  atomic_store (&order_violations, 0);
+}
+
 /* Runs @n_passes of the passes below on a new engine of @n_workers, with
  * a new context per queue; returns the violations counted. */
 static long
@@ -155,16 +171,7 @@ run_engine (guint n_workers, int n_passes, long n_queues, Job *jobs, SlotJob *sl
       gboolean local = pass == 1;
       gboolean slots = pass == 2;
       const char *api = slots ? "weft_context_post_slot" : "weft_context_post";
-      for (long q = 0; q < n_queues; q++)
-        {
-          queues[q].next_seq = 0;
-          queues[q].sum = 0;
-        }
-      atomic_store (&n_done, 0);
-      atomic_store (&queues_done, 0);
-      atomic_store (&checksum, 0);
-      atomic_store (&conc_violations, 0);
-      atomic_store (&order_violations, 0);
+      reset_pass (n_queues);
 
       /* Let the workers settle into the poller, as an idle server would be. */
       g_usleep (20000);
@@ -284,16 +291,7 @@ run_body_alone (long n_queues, Job *jobs)
   for (int pass = 0; pass < 2; pass++)
     {
       gboolean local = pass == 1;
-      for (long q = 0; q < n_queues; q++)
-        {
-          queues[q].next_seq = 0;
-          queues[q].sum = 0;
-        }
-      atomic_store (&n_done, 0);
-      atomic_store (&queues_done, 0);
-      atomic_store (&checksum, 0);
-      atomic_store (&conc_violations, 0);
-      atomic_store (&order_violations, 0);
+      reset_pass (n_queues);
 
       BodyPart parts[N_WORKERS];
       GThread *threads[N_WORKERS];

@@ -1113,9 +1113,6 @@ typedef struct {
   atomic_int returned;
   atomic_int notified;
   atomic_int still_watched; /* the notify found the pipe watched */
-  atomic_int busy_started;
-  WeftEngine *engine;
-  atomic_int shutdown_ok;
 } ShutWait;
 
 static gpointer
@@ -1128,47 +1125,15 @@ shut_wait_body (gpointer data)
   return NULL;
 }
 
-static gboolean
-never_ready (gint fd, GIOCondition condition, gpointer data)
-{
-  return G_SOURCE_CONTINUE;
-}
-
 /* The coroutine's end: its wait's fd must be out of the engine by now,
  * since this is where an owner would close it. */
 static void
 shut_wait_notify (gpointer data)
 {
   ShutWait *w = data;
-  GError *error = NULL;
-  guint id = weft_context_add_fd (w->other, w->pipe[0], G_IO_IN, never_ready, NULL, NULL, &error);
-  if (id == 0)
+  if (wt_fd_watched (w->other, w->pipe[0]))
     atomic_store (&w->still_watched, 1);
-  else
-    weft_context_remove (w->other, id);
-  g_clear_error (&error);
   atomic_fetch_add (&w->notified, 1);
-}
-
-static void
-busy_job (gpointer data)
-{
-  ShutWait *w = data;
-  atomic_store (&w->busy_started, 1);
-  g_usleep (300 * 1000);
-}
-
-static gpointer
-shut_wait_shutdown (gpointer data)
-{
-  ShutWait *w = data;
-  atomic_store (&w->shutdown_ok, weft_engine_shutdown (w->engine, 10 * G_USEC_PER_SEC));
-  return NULL;
-}
-
-static void
-noop_job (gpointer data)
-{
 }
 
 static void
@@ -1184,19 +1149,13 @@ test_interrupt_during_shutdown (void)
   static ShutWait w;
   memset (&w, 0, sizeof w);
   wt_pipe (w.pipe);
-  w.engine = e.engine;
   w.other = new_ctx (e.engine);
-  WeftContext *busy = new_ctx (e.engine);
   WeftCoro *c = weft_coro_spawn (e.ctx, shut_wait_body, &w, shut_wait_notify, 0);
   WT_WAIT_UNTIL (atomic_load (&w.waiting));
   g_usleep (10000); /* suspended in its wait */
 
-  /* A long job keeps the engine from draining, so the shutdown is still
-   * refusing foreign posts when the interrupt comes. */
-  g_assert_true (weft_context_post (busy, busy_job, &w, NULL));
-  WT_WAIT_UNTIL (atomic_load (&w.busy_started));
-  GThread *t = g_thread_new ("shutdown", shut_wait_shutdown, &w);
-  WT_WAIT_UNTIL (!weft_engine_post (e.engine, noop_job, NULL, NULL)); /* refusing now */
+  WtSoftStop stop;
+  wt_soft_stop_begin (&stop, e.engine, 300);
   weft_coro_interrupt (c);
 
   WT_WAIT_UNTIL (atomic_load (&w.notified) == 1);
@@ -1206,11 +1165,9 @@ test_interrupt_during_shutdown (void)
   g_assert_false (weft_context_is_destroyed (e.ctx));
   /* Readiness now reaches no stale source. */
   g_assert_cmpint (write (w.pipe[1], "x", 1), ==, 1);
-  g_thread_join (t);
-  g_assert_true (atomic_load (&w.shutdown_ok));
+  g_assert_true (wt_soft_stop_end (&stop));
   g_assert_cmpint (atomic_load (&w.notified), ==, 1);
   weft_coro_unref (c);
-  weft_context_unref (busy);
   weft_context_unref (w.other);
   env_clear (&e);
   close (w.pipe[0]);

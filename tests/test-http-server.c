@@ -1493,35 +1493,6 @@ test_shutdown (void)
 
 /* ---- an answer from a thread during the engine's soft stop ---------------- */
 
-typedef struct {
-  WeftEngine *engine;
-  atomic_int busy_started;
-  atomic_int ok;
-  atomic_int done;
-} EngineShut;
-
-static void
-engine_shut_busy (gpointer data)
-{
-  EngineShut *e = data;
-  atomic_store (&e->busy_started, 1);
-  g_usleep (500 * 1000);
-}
-
-static gpointer
-engine_shut_thread (gpointer data)
-{
-  EngineShut *e = data;
-  atomic_store (&e->ok, weft_engine_shutdown (e->engine, 10 * G_USEC_PER_SEC));
-  atomic_store (&e->done, 1);
-  return NULL;
-}
-
-static void
-engine_shut_noop (gpointer data)
-{
-}
-
 static void
 test_engine_shutdown_answers_in_flight (void)
 {
@@ -1531,19 +1502,12 @@ test_engine_shutdown_answers_in_flight (void)
                   "dropped, and the client waited for ever)");
   Srv s;
   srv_start (&s, 0, 0);
-  EngineShut e = { s.engine };
-  WeftContext *busy = weft_context_new (s.engine);
-  weft_context_dispatch (busy);
 
   int fd = wt_connect_tcp (s.port);
   wt_send_str (fd, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
   g_usleep (20000); /* in its handler: answered from a thread 100 ms later */
-  /* A long job keeps the engine from draining, so the shutdown refuses
-   * foreign posts when the answer comes. */
-  g_assert_true (weft_context_post (busy, engine_shut_busy, &e, NULL));
-  WT_WAIT_UNTIL (atomic_load (&e.busy_started));
-  GThread *t = g_thread_new ("shutdown", engine_shut_thread, &e);
-  WT_WAIT_UNTIL (!weft_engine_post (s.engine, engine_shut_noop, NULL, NULL));
+  WtSoftStop stop;
+  wt_soft_stop_begin (&stop, s.engine, 500);
 
   /* The answer arrives before the engine stops; the connection stays. */
   GString *got = g_string_new (NULL);
@@ -1557,10 +1521,8 @@ test_engine_shutdown_answers_in_flight (void)
     }
   g_assert_true (g_str_has_prefix (got->str, "HTTP/1.1 200 "));
   g_string_free (got, TRUE);
-  g_thread_join (t);
-  g_assert_true (atomic_load (&e.ok));
+  g_assert_true (wt_soft_stop_end (&stop));
   close (fd);
-  weft_context_unref (busy);
   srv_stop (&s);
 }
 

@@ -284,49 +284,16 @@ test_eager (void)
 
 /* ---- /join/lazy-during-shutdown ------------------------------------------ */
 
-typedef struct {
-  WeftEngine *engine;
-  atomic_int busy_started;
-  atomic_int cont_runs;
-  atomic_int notified;
-  atomic_int shutdown_done;
-  atomic_int shutdown_ok;
-} JShut;
-
-static void
-jshut_busy (gpointer data)
-{
-  JShut *s = data;
-  atomic_store (&s->busy_started, 1);
-  g_usleep (200 * 1000);
-}
-
 static void
 jshut_continuation (gpointer data)
 {
-  JShut *s = data;
-  atomic_fetch_add (&s->cont_runs, 1);
+  atomic_fetch_add ((atomic_int *) data, 1);
 }
 
 static void
 jshut_notify (gpointer data)
 {
-  JShut *s = data;
-  atomic_fetch_add (&s->notified, 1);
-}
-
-static gpointer
-jshut_shutdown (gpointer data)
-{
-  JShut *s = data;
-  atomic_store (&s->shutdown_ok, weft_engine_shutdown (s->engine, 10 * G_USEC_PER_SEC));
-  atomic_store (&s->shutdown_done, 1);
-  return NULL;
-}
-
-static void
-jshut_noop (gpointer data)
-{
+  atomic_fetch_add ((atomic_int *) data + 1, 1);
 }
 
 static void
@@ -337,31 +304,22 @@ test_lazy_during_shutdown (void)
                   "shutdown returns: it continues accepted work (the post was refused, so "
                   "only the notify ran, against the promise that it runs exactly once)");
 
-  JShut s = { 0 };
-  s.engine = wt_engine_new (2);
-  WeftContext *ctx = weft_context_new (s.engine);
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
   weft_context_dispatch (ctx);
-  WeftContext *busy = weft_context_new (s.engine);
-  weft_context_dispatch (busy);
-  WeftJoin *join = weft_join_new (1, ctx, jshut_continuation, &s, jshut_notify);
+  atomic_int counts[2] = { 0, 0 }; /* continuation runs, notifies */
+  WeftJoin *join = weft_join_new (1, ctx, jshut_continuation, counts, jshut_notify);
 
-  /* A long job keeps the engine from draining: the shutdown is still
-   * refusing foreign posts when the task ends here. */
-  g_assert_true (weft_context_post (busy, jshut_busy, &s, NULL));
-  WT_WAIT_UNTIL (atomic_load (&s.busy_started));
-  GThread *t = g_thread_new ("shutdown", jshut_shutdown, &s);
-  WT_WAIT_UNTIL (!weft_engine_post (s.engine, jshut_noop, NULL, NULL));
+  WtSoftStop stop;
+  wt_soft_stop_begin (&stop, engine, 200);
   weft_join_done (join);
-
-  g_thread_join (t);
-  g_assert_true (atomic_load (&s.shutdown_ok));
-  g_assert_cmpint (atomic_load (&s.cont_runs), ==, 1);
-  g_assert_cmpint (atomic_load (&s.notified), ==, 1);
+  g_assert_true (wt_soft_stop_end (&stop));
+  g_assert_cmpint (atomic_load (&counts[0]), ==, 1);
+  g_assert_cmpint (atomic_load (&counts[1]), ==, 1);
   weft_join_unref (join);
-  weft_context_unref (busy);
   weft_context_unref (ctx);
-  weft_engine_unref (s.engine);
-  g_assert_cmpint (atomic_load (&s.cont_runs), ==, 1);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&counts[0]), ==, 1);
 }
 
 /* ---- /join/lazy -------------------------------------------------------- */

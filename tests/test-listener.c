@@ -850,33 +850,6 @@ test_shutdown (void)
 
 /* ---- /listener/shutdown-during-engine-shutdown ------------------------- */
 
-typedef struct {
-  WeftEngine *engine;
-  atomic_int busy_started;
-  atomic_int ok;
-} ListenerEngineShut;
-
-static void
-les_busy (gpointer data)
-{
-  ListenerEngineShut *e = data;
-  atomic_store (&e->busy_started, 1);
-  g_usleep (500 * 1000);
-}
-
-static gpointer
-les_shutdown (gpointer data)
-{
-  ListenerEngineShut *e = data;
-  atomic_store (&e->ok, weft_engine_shutdown (e->engine, 10 * G_USEC_PER_SEC));
-  return NULL;
-}
-
-static void
-les_noop (gpointer data)
-{
-}
-
 static void
 test_shutdown_during_engine_shutdown (void)
 {
@@ -887,23 +860,16 @@ test_shutdown_during_engine_shutdown (void)
   int live;
   WeftListener *l = echo_listener_with_one (engine, &live, NULL);
   close (live);
-  ListenerEngineShut e = { engine };
-  WeftContext *busy = weft_context_new (engine);
-  weft_context_dispatch (busy);
-  g_assert_true (weft_context_post (busy, les_busy, &e, NULL));
-  WT_WAIT_UNTIL (atomic_load (&e.busy_started));
-  GThread *t = g_thread_new ("shutdown", les_shutdown, &e);
-  WT_WAIT_UNTIL (!weft_engine_post (engine, les_noop, NULL, NULL)); /* refusing now */
+  WtSoftStop stop;
+  wt_soft_stop_begin (&stop, engine, 500);
 
   Done d = { 0 };
   weft_listener_shutdown (l, 1000, on_done, &d, NULL);
   WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
   g_assert_cmpint (atomic_load (&d.done), ==, 1);
   g_assert_cmpint (atomic_load (&d.drained), ==, 1);
-  g_thread_join (t);
-  g_assert_true (atomic_load (&e.ok));
+  g_assert_true (wt_soft_stop_end (&stop));
   weft_listener_unref (l);
-  weft_context_unref (busy);
   weft_engine_unref (engine);
 }
 

@@ -280,12 +280,6 @@ abandon_body (gpointer data)
   return NULL;
 }
 
-static gboolean
-abandon_never (gint fd, GIOCondition condition, gpointer data)
-{
-  return G_SOURCE_CONTINUE;
-}
-
 /* Where the owner of an abandoned coroutine's fd closes it: the engine
  * must not watch it any more (else the number, reused, loses its new
  * watcher to the late EPOLL_CTL_DEL). */
@@ -293,13 +287,8 @@ static void
 abandon_notify (gpointer data)
 {
   AbandonWait *w = data;
-  GError *error = NULL;
-  guint id = weft_context_add_fd (w->a->other, w->fd, G_IO_IN, abandon_never, NULL, NULL, &error);
-  if (id == 0)
+  if (wt_fd_watched (w->a->other, w->fd))
     atomic_fetch_add (&w->a->still_watched, 1);
-  else
-    weft_context_remove (w->a->other, id);
-  g_clear_error (&error);
   wt_close (w->fd);
   atomic_fetch_add (&w->a->notified, 1);
   g_free (w);

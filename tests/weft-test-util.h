@@ -93,6 +93,88 @@ wt_count_source_continue (gpointer data)
   return G_SOURCE_CONTINUE;
 }
 
+/* ---- whether an engine watches an fd ------------------------------------ */
+
+static inline gboolean
+wt_never_ready (gint fd, GIOCondition condition, gpointer data)
+{
+  return G_SOURCE_CONTINUE;
+}
+
+/* Whether @ctx's engine still has @fd in its epoll set: adding it fails
+ * with WEFT_ERROR_EXISTS then. (Otherwise it is added and removed.) */
+static inline gboolean
+wt_fd_watched (WeftContext *ctx, int fd)
+{
+  GError *error = NULL;
+  guint id = weft_context_add_fd (ctx, fd, G_IO_IN, wt_never_ready, NULL, NULL, &error);
+  if (id != 0)
+    weft_context_remove (ctx, id);
+  gboolean exists = g_error_matches (error, WEFT_ERROR, WEFT_ERROR_EXISTS);
+  g_clear_error (&error);
+  return exists;
+}
+
+/* ---- a soft stop held open ---------------------------------------------- */
+
+/* weft_engine_shutdown() on a thread of its own, kept from draining by a
+ * long job on a context of its own: between wt_soft_stop_begin() and the
+ * end of that job the engine refuses posts from foreign threads. */
+typedef struct {
+  WeftEngine *engine;
+  WeftContext *busy;
+  guint busy_ms;
+  atomic_int busy_started;
+  atomic_int ok;           /* the shutdown's answer, once it returned */
+  GThread *thread;
+} WtSoftStop;
+
+static inline void
+wt_soft_stop_busy_job (gpointer data)
+{
+  WtSoftStop *s = data;
+  atomic_store (&s->busy_started, 1);
+  g_usleep ((gulong) s->busy_ms * 1000);
+}
+
+static inline gpointer
+wt_soft_stop_thread (gpointer data)
+{
+  WtSoftStop *s = data;
+  atomic_store (&s->ok, weft_engine_shutdown (s->engine, 10 * G_USEC_PER_SEC));
+  return NULL;
+}
+
+static inline void
+wt_noop_job (gpointer data)
+{
+}
+
+/* Returns once @engine's shutdown refuses foreign posts, with a job of
+ * @busy_ms holding it open. */
+static inline void
+wt_soft_stop_begin (WtSoftStop *s, WeftEngine *engine, guint busy_ms)
+{
+  memset (s, 0, sizeof *s);
+  s->engine = engine;
+  s->busy_ms = busy_ms;
+  s->busy = weft_context_new (engine);
+  weft_context_dispatch (s->busy);
+  g_assert_true (weft_context_post (s->busy, wt_soft_stop_busy_job, s, NULL));
+  WT_WAIT_UNTIL (atomic_load (&s->busy_started));
+  s->thread = g_thread_new ("soft-stop", wt_soft_stop_thread, s);
+  WT_WAIT_UNTIL (!weft_engine_post (engine, wt_noop_job, NULL, NULL));
+}
+
+/* Waits for the shutdown to return, and gives its answer. */
+static inline gboolean
+wt_soft_stop_end (WtSoftStop *s)
+{
+  g_thread_join (s->thread);
+  weft_context_unref (s->busy);
+  return atomic_load (&s->ok);
+}
+
 /* ---- a gate a job can block on ----------------------------------------- */
 
 typedef struct {
