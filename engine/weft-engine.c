@@ -417,10 +417,10 @@ drained (WeftEngine *self)
  * from another thread is not refused: a coroutine's resume, a lazy join's
  * continuation, an HTTP answer, the connections' and listeners' own steps.
  * Once no job is queued or running — or once @timeout_us has passed — the
- * engine stops as with
- * weft_engine_stop(). Must not be called from a worker of @self. Several
- * threads may stop and shut down the engine at once: a shutdown whose
- * engine another thread stops meanwhile returns once that stop is done.
+ * engine stops as with weft_engine_stop(). Must not be called from a
+ * worker of @self. Several threads may stop and shut down the engine at
+ * once: a shutdown whose engine another thread stops meanwhile returns
+ * once that stop is done.
  *
  * Returns: %TRUE if the engine drained before the deadline (or, when
  *   another thread stopped it first, before that stop began).
