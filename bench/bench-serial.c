@@ -35,6 +35,8 @@
 #include "weft-bench.h"
 
 #define SECTION "2-serial"
+/* The per-queue bookkeeping pass's note, in both its rows. */
+#define LOCAL_NOTE "; job bookkeeping per queue (1 shared atomic per queue, not 2 per job)"
 #define N_WORKERS 2
 #define PER_QUEUE 100
 
@@ -229,7 +231,7 @@ run_engine (guint n_workers, int n_passes, long n_queues, Job *jobs, SlotJob *sl
                 "enqueue phase %.1f ms; clock: first post -> last job ran%s",
                 n_queues, PER_QUEUE, api, n_workers, n_workers == 1 ? "" : "s", conc, order,
                 (double) (t_posted - t0) / 1e6,
-                local   ? "; job bookkeeping per queue (1 shared atomic per queue, not 2 per job)"
+                local   ? LOCAL_NOTE
                 : slots ? "; each job has its queue node inside (WeftJobSlot), as the harness's "
                           "job_t"
                         : "");
@@ -282,7 +284,8 @@ body_thread (gpointer data)
  * them. What is left is the job body's cross-CPU traffic: the pass with
  * shared counters bumps two atomics that every job on both CPUs shares.
  * The row is the ceiling those jobs set for any serial-queue engine on this
- * machine in the same run (the peers' GLib rows run the same body). */
+ * machine in the same run (the harness's GLib serial queues bump the same
+ * kind of shared counters per job, s2_glib.c). */
 static void
 run_body_alone (long n_queues, Job *jobs)
 {
@@ -316,8 +319,8 @@ run_body_alone (long n_queues, Job *jobs)
                 "own half of the queues, in post order: no posting, no queue, no producer; "
                 "clock: thread start -> last join%s",
                 n_queues, PER_QUEUE, N_WORKERS,
-                local ? "; job bookkeeping per queue (1 shared atomic per queue, not 2 per job)"
-                      : "; 2 shared atomics per job, as in the harness's serial queues");
+                local ? LOCAL_NOTE
+                      : "; 2 shared atomics per job, like the harness's serial queues");
       wb_report (SECTION, impl,
                  local ? "1M jobs, per-queue bookkeeping: throughput" : "1M jobs: throughput",
                  (double) (n_queues * PER_QUEUE) / ((double) (t1 - t0) / 1e3), "Mjobs/s", note);

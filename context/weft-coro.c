@@ -278,8 +278,11 @@ drop_locals (WeftCoro *c)
 static void
 finish (WeftCoro *c)
 {
-  guint timer = atomic_exchange_explicit (&c->timer, 0, memory_order_relaxed);
-  if (timer != 0)
+  /* A coroutine that ended by itself has no timer left: a plain load
+   * then, and the exchange only when an abandonment may race the
+   * timeout's callback (once per coroutine end, HTTP --coro's hot path). */
+  guint timer = atomic_load_explicit (&c->timer, memory_order_relaxed);
+  if (timer != 0 && (timer = atomic_exchange_explicit (&c->timer, 0, memory_order_relaxed)) != 0)
     weft_context_remove (c->ctx, timer);
   /* An abandoned wait_fd: its fd leaves epoll before the notify, which may
    * close it (and its number may be reused at once). Either this remove

@@ -141,9 +141,9 @@ static gboolean
 bridge_dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
 {
   WeftEngine *e = bridge_engine (source);
-  /* (Never NULL once attached: weft__gmain_bridge_start() publishes the
-   * engine first. It was published after, and a restarted engine's source,
-   * its epoll fd ready, was dispatched in between.) */
+  /* Not published yet, yet dispatched: GLib dispatches a source whose fd
+   * polled ready even when check() said no, and a restarted engine's
+   * epoll fd may be ready already. */
   if (G_UNLIKELY (e == NULL))
     return G_SOURCE_CONTINUE;
   WeftGMainBridge *b = e->bridge;
@@ -216,18 +216,17 @@ weft__gmain_bridge_start (WeftEngine *self, GError **error)
   BridgeSource *bs = (BridgeSource *) source;
 
   g_source_set_static_name (source, "WeftEngine");
+  /* Not published yet, and said so with a store the callbacks' acquire
+   * loads can read: the zeroing inside g_source_new() is no such store. */
+  atomic_store_explicit (&bs->engine, NULL, memory_order_release);
   bs->tag = g_source_add_unix_fd (source, self->pfd, G_IO_IN);
   WeftEngine *ref = weft__engine_internal_ref (self);
   weft__mutex_lock (&b->lock);
   g_assert (b->source == NULL);
   b->source = source;
   weft__mutex_unlock (&b->lock);
-  /* Published before the attach: once attached, another thread iterating
-   * the GMainContext may dispatch the source at once (GLib dispatches a
-   * source whose fd polled ready even when check() said no), and its
-   * acquire load must find the engine, and everything set before it. */
-  atomic_store_explicit (&bs->engine, ref, memory_order_release);
   g_source_attach (source, b->main_context);
+  atomic_store_explicit (&bs->engine, ref, memory_order_release); /* see BridgeSource */
   return TRUE;
 }
 
@@ -653,6 +652,8 @@ queue_new_unlocked (GMainContext *main_context)
   GSource *source = g_source_new (&main_funcs, sizeof (MainSource));
   MainSource *ms = (MainSource *) source;
   g_source_set_static_name (source, "WeftMainQueue");
+  /* (As in weft__gmain_bridge_start().) */
+  atomic_store_explicit (&ms->queue, NULL, memory_order_release);
   ms->tag = g_source_add_unix_fd (source, fd, G_IO_IN);
   g_source_attach (source, main_context);
   atomic_store_explicit (&ms->queue, q, memory_order_release); /* see BridgeSource */

@@ -933,7 +933,6 @@ typedef struct {
   WeftEngine *engine;
   atomic_int job_started;
   atomic_int job_done;
-  atomic_int shutdown_ok;
   atomic_int shutdown_returned;
   atomic_int stop_returned;
 } BridgeStop;
@@ -951,7 +950,7 @@ static gpointer
 bridge_stop_shutdown (gpointer data)
 {
   BridgeStop *b = data;
-  atomic_store (&b->shutdown_ok, weft_engine_shutdown (b->engine, 10 * G_USEC_PER_SEC));
+  weft_engine_shutdown (b->engine, -1); /* no deadline: a hang stays one */
   atomic_store (&b->shutdown_returned, 1);
   return NULL;
 }
@@ -968,10 +967,10 @@ bridge_stop_stop (gpointer data)
 static void
 test_stop_during_shutdown_drain (void)
 {
-  g_test_summary ("A weft_engine_stop() while weft_engine_shutdown() drains a bridged engine "
-                  "nobody iterates returns once the running job has returned, and so does "
-                  "the shutdown: the drain took the stop's level-triggered eventfd for "
-                  "progress and never ended, while the stop waited for it");
+  g_test_summary ("A weft_engine_stop() while weft_engine_shutdown() (no deadline) drains a "
+                  "bridged engine nobody iterates returns once the running job has returned, "
+                  "and so does the shutdown: the drain took the stop's level-triggered "
+                  "eventfd for progress and never ended, while the stop waited for it");
   GMainContext *mc = g_main_context_new ();
   GError *error = NULL;
   BridgeStop b = { weft_engine_new_for_main_context (mc, &error) };
@@ -979,12 +978,10 @@ test_stop_during_shutdown_drain (void)
   g_assert_true (weft_engine_post (b.engine, bridge_stop_slow_job, &b, NULL));
   GThread *shut = g_thread_new ("shutdown", bridge_stop_shutdown, &b);
   WT_WAIT_UNTIL (atomic_load (&b.job_started)); /* the shutdown's drain runs it */
-  gint64 t0 = g_get_monotonic_time ();
   GThread *stop = g_thread_new ("stop", bridge_stop_stop, &b);
   WT_WAIT_UNTIL (atomic_load (&b.shutdown_returned) && atomic_load (&b.stop_returned));
   g_assert_cmpint (atomic_load (&b.stop_returned), ==, 1);
   g_assert_cmpint (atomic_load (&b.shutdown_returned), ==, 1);
-  g_assert_cmpint (g_get_monotonic_time () - t0, <, 2 * G_USEC_PER_SEC);
   g_assert_cmpint (atomic_load (&b.job_done), ==, 1);
   g_thread_join (stop);
   g_thread_join (shut);
