@@ -11,6 +11,7 @@ clean shutdown.
 Run by meson with GI_TYPELIB_PATH and LD_LIBRARY_PATH pointing into the
 build tree; exits non-zero on the first failure.
 """
+import socket
 import sys
 import threading
 import unittest
@@ -153,6 +154,7 @@ class HttpTest(unittest.TestCase):
         self.server.add_handler("GET", "/hello/{name}", hello, None)
         self.server.add_handler("POST", "/echo", echo, None)
         self.server.add_handler("GET", "/stream", stream, None)
+        self.server.set_limit(Weft.HttpLimit.MAX_BODY_BYTES, 1 << 20)
         listener = self.server.get_listener()
         self.assertTrue(listener.add_tcp("127.0.0.1", 0))
         self.port = listener.get_port(0)
@@ -187,6 +189,26 @@ class HttpTest(unittest.TestCase):
         with self.assertRaises(urllib.error.HTTPError) as cm:
             urllib.request.urlopen(self.url("/nope"), timeout=DEADLINE)
         self.assertEqual(cm.exception.code, 404)
+
+    def test_body_limit(self):
+        # A declared body over the limit is refused before it is sent:
+        # 413, and the connection closes (its bytes would be unframed).
+        with socket.create_connection(("127.0.0.1", self.port), timeout=DEADLINE) as s:
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\n"
+                      b"Content-Length: %d\r\n\r\n" % ((1 << 20) + 1))
+            got = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                got += d
+        self.assertTrue(got.startswith(b"HTTP/1.1 413 "), got[:80])
+        self.assertIn(b"\r\nConnection: close\r\n", got)
+        # At the limit exactly, the body is taken.
+        req = urllib.request.Request(self.url("/echo"), data=b"x" * (1 << 20), method="POST")
+        with urllib.request.urlopen(req, timeout=DEADLINE) as r:
+            self.assertEqual(r.status, 201)
+            self.assertEqual(len(r.read()), 1 << 20)
 
     def test_stream_from_thread(self):
         with urllib.request.urlopen(self.url("/stream"), timeout=DEADLINE) as r:
