@@ -2404,9 +2404,14 @@ handshake_expired (gpointer data)
 {
   WeftConnection *self = data;
   self->ext->handshake_id = 0;
+  /* The timer holds no reference, and the failure's callbacks may drop
+   * the last one (an outgoing connect's done unrefs the connection it will
+   * never hand out) before handshake_finished() has closed it. */
+  weft_connection_ref (self);
   if (self->handshaking)
     handshake_finished (self, g_error_new_literal (G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
                                                    "TLS handshake timeout"));
+  weft_connection_unref (self);
   return G_SOURCE_REMOVE;
 }
 

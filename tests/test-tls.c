@@ -1008,6 +1008,46 @@ test_connect_deadline_mid_handshake (void)
   weft_engine_unref (engine);
 }
 
+/* The same stalled handshake with no connect deadline, ended by the
+ * client configuration's handshake timeout instead: the callback says
+ * TIMED_OUT once and the notify runs once. (The timeout fired with no
+ * reference of its own, and the connect's done callback dropped the last
+ * one while the failure was still being handled: a use-after-free that
+ * ASan reports.) */
+static void
+test_connect_handshake_timeout (void)
+{
+  guint16 port;
+  int lfd = wt_listening_socket (4, &port);
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  WeftTlsConfig *cc = client_config ();
+  weft_tls_config_set_handshake_timeout (cc, 200);
+  DeadlineConnect d = { 0 };
+  weft_connection_connect_async (ctx, "127.0.0.1", port, 0, cc, deadline_connected, &d,
+                                 deadline_notify);
+  int sfd = accept4 (lfd, NULL, NULL, SOCK_CLOEXEC);
+  g_assert_cmpint (sfd, >=, 0);
+  WT_WAIT_UNTIL (atomic_load (&d.notified) == 1);
+  g_assert_cmpint (atomic_load (&d.done), ==, 1);
+  g_assert_cmpint (atomic_load (&d.got_conn), ==, 0);
+  g_assert_cmpint (atomic_load (&d.code), ==, G_IO_ERROR_TIMED_OUT);
+  /* The client's side closed with it (the ClientHello, then the end). */
+  wt_set_timeouts (sfd, 5000);
+  gboolean reset = FALSE;
+  g_byte_array_unref (wt_recv_to_eof (sfd, TRUE, &reset));
+  close (sfd);
+
+  close (lfd);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_tls_config_unref (cc);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&d.notified), ==, 1);
+}
+
 /* The same connect, its context destroyed from another thread while the
  * handshake waits (before its deadline): the connection closes with the
  * context, the callback hears of it once (or not at all) and the notify
@@ -1318,6 +1358,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
   g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
   g_test_add_func ("/tls/connect-deadline-mid-handshake", test_connect_deadline_mid_handshake);
+  g_test_add_func ("/tls/connect-handshake-timeout", test_connect_handshake_timeout);
   g_test_add_func ("/tls/connect-destroyed-mid-handshake", test_connect_destroyed_mid_handshake);
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
   g_test_add_func ("/tls/https-hostile", test_https_hostile);
