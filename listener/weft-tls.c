@@ -18,6 +18,7 @@
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -37,6 +38,10 @@ struct _WeftTlsConfig
   WeftTlsSniFunc sni_func;
   gpointer sni_data;
   GDestroyNotify sni_notify;
+  /* Random, per server configuration: its session id context, and the
+   * mark its tickets carry, so that a session resumes only under the
+   * configuration that made it (with its client-certificate policy). */
+  guint8 id[16];
 };
 
 struct _WeftTlsSession
@@ -46,6 +51,7 @@ struct _WeftTlsSession
   gchar *server_name;    /* SNI the client sent (server side) */
   gchar *alpn;           /* negotiated protocol, NUL-terminated copy */
   WeftTlsConfig *sni_config; /* ref: the configuration SNI switched to */
+  gboolean sni_done;     /* the ClientHello's name was looked at */
   gboolean handshake_done;
 };
 
@@ -120,23 +126,53 @@ alpn_select (SSL *ssl, const unsigned char **out, unsigned char *outlen,
   return SSL_TLSEXT_ERR_OK;
 }
 
+/* The ServerNameList of a ClientHello's server_name extension (RFC 6066
+ * §3): its host_name, or NULL if there is none or the list is malformed
+ * (OpenSSL's own parse refuses that one later, with the right alert). */
+static gchar *
+client_hello_server_name (const unsigned char *p, size_t len)
+{
+  if (len < 2 || (size_t) ((p[0] << 8) | p[1]) != len - 2)
+    return NULL;
+  p += 2;
+  len -= 2;
+  if (len < 3 || p[0] != TLSEXT_NAMETYPE_host_name)
+    return NULL;
+  size_t n = (size_t) ((p[1] << 8) | p[2]);
+  if (n == 0 || n > TLSEXT_MAXLEN_host_name || n > len - 3 || memchr (p + 3, 0, n) != NULL)
+    return NULL;
+  return g_strndup ((const char *) p + 3, n);
+}
+
+/* The SNI switch, at the start of the ClientHello's processing: before
+ * OpenSSL looks at a session ticket, so the ticket is judged by the
+ * chosen configuration (see ticket_decrypted()) and a resumption cannot
+ * skip the client certificate the chosen configuration requires. The
+ * servername callback, later, would be too late for that. */
 static int
-servername_cb (SSL *ssl, int *alert, void *arg)
+client_hello_cb (SSL *ssl, int *alert, void *arg)
 {
   WeftTlsConfig *config = arg;
   WeftTlsSession *session = SSL_get_ex_data (ssl, session_index);
-  const char *name = SSL_get_servername (ssl, TLSEXT_NAMETYPE_host_name);
-  if (name == NULL || session == NULL)
-    return SSL_TLSEXT_ERR_OK;
-  g_free (session->server_name);
-  session->server_name = g_strdup (name);
-  if (config->sni_func == NULL)
-    return SSL_TLSEXT_ERR_OK;
+  /* Once per connection: a second ClientHello (after a HelloRetryRequest)
+   * comes to the chosen configuration's callback. */
+  if (session == NULL || session->sni_done)
+    return SSL_CLIENT_HELLO_SUCCESS;
+  session->sni_done = TRUE;
+  const unsigned char *ext = NULL;
+  size_t ext_len = 0;
+  if (config->sni_func == NULL ||
+      !SSL_client_hello_get0_ext (ssl, TLSEXT_TYPE_server_name, &ext, &ext_len))
+    return SSL_CLIENT_HELLO_SUCCESS;
+  gchar *name = client_hello_server_name (ext, ext_len);
+  if (name == NULL)
+    return SSL_CLIENT_HELLO_SUCCESS;
   WeftTlsConfig *chosen = config->sni_func (config, name, config->sni_data);
+  g_free (name);
   if (chosen == NULL)
     {
       *alert = SSL_AD_UNRECOGNIZED_NAME;
-      return SSL_TLSEXT_ERR_ALERT_FATAL;
+      return SSL_CLIENT_HELLO_ERROR;
     }
   if (chosen != config)
     {
@@ -144,26 +180,87 @@ servername_cb (SSL *ssl, int *alert, void *arg)
         {
           g_critical ("WeftTlsSniFunc returned a client configuration");
           *alert = SSL_AD_INTERNAL_ERROR;
-          return SSL_TLSEXT_ERR_ALERT_FATAL;
+          return SSL_CLIENT_HELLO_ERROR;
         }
-      /* Takes the certificate and key of @chosen. OpenSSL leaves the
-       * session's protocol settings (versions, options, tickets) those of
-       * @config; the client-certificate policy must follow @chosen, or a
-       * name that requires client certificates could be reached without
-       * one through the default configuration. */
+      /* Takes the certificate, key and session id context of @chosen.
+       * OpenSSL leaves the session's protocol settings (versions, options,
+       * tickets) those of @config; the client-certificate policy must
+       * follow @chosen, or a name that requires client certificates could
+       * be reached without one through the default configuration. */
       if (SSL_set_SSL_CTX (ssl, chosen->ctx) == NULL)
         {
           *alert = SSL_AD_INTERNAL_ERROR;
-          return SSL_TLSEXT_ERR_ALERT_FATAL;
+          return SSL_CLIENT_HELLO_ERROR;
         }
       SSL_set_verify (ssl, SSL_CTX_get_verify_mode (chosen->ctx),
                       SSL_CTX_get_verify_callback (chosen->ctx));
       SSL_set_verify_depth (ssl, SSL_CTX_get_verify_depth (chosen->ctx));
-      if (session->sni_config != NULL)
-        weft_tls_config_unref (session->sni_config);
       session->sni_config = weft_tls_config_ref (chosen);
     }
+  return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/* Records the name (OpenSSL has checked it by now); the switch was made
+ * in client_hello_cb(). */
+static int
+servername_cb (SSL *ssl, int *alert, void *arg)
+{
+  WeftTlsSession *session = SSL_get_ex_data (ssl, session_index);
+  const char *name = SSL_get_servername (ssl, TLSEXT_NAMETYPE_host_name);
+  if (name == NULL || session == NULL)
+    return SSL_TLSEXT_ERR_OK;
+  g_free (session->server_name);
+  session->server_name = g_strdup (name);
   return SSL_TLSEXT_ERR_OK;
+}
+
+/* The configuration a connection's handshake is under: the one SNI chose,
+ * else the listener's. */
+static WeftTlsConfig *
+current_config (SSL *ssl, WeftTlsConfig *fallback)
+{
+  WeftTlsSession *session = SSL_get_ex_data (ssl, session_index);
+  if (session == NULL)
+    return fallback;
+  return session->sni_config != NULL ? session->sni_config : session->config;
+}
+
+/* OpenSSL calls the ticket callbacks of the listener's configuration (the
+ * SSL's first SSL_CTX) whatever SNI chose: each ticket carries the id of
+ * the configuration it was issued under. */
+static int
+ticket_generate (SSL *ssl, void *arg)
+{
+  WeftTlsConfig *config = current_config (ssl, arg);
+  return SSL_SESSION_set1_ticket_appdata (SSL_get_session (ssl), config->id, sizeof config->id);
+}
+
+/* A ticket is used only under the configuration that issued it; any other
+ * gets a full handshake (and a new ticket), as an undecryptable one does. */
+static SSL_TICKET_RETURN
+ticket_decrypted (SSL *ssl, SSL_SESSION *ss, const unsigned char *keyname, size_t keyname_len,
+                  SSL_TICKET_STATUS status, void *arg)
+{
+  switch (status)
+    {
+    case SSL_TICKET_FATAL_ERR_MALLOC:
+    case SSL_TICKET_FATAL_ERR_OTHER:
+      return SSL_TICKET_RETURN_ABORT;
+    case SSL_TICKET_NONE:
+      return SSL_TICKET_RETURN_IGNORE;
+    case SSL_TICKET_SUCCESS:
+    case SSL_TICKET_SUCCESS_RENEW:
+      break;
+    default: /* SSL_TICKET_EMPTY, SSL_TICKET_NO_DECRYPT */
+      return SSL_TICKET_RETURN_IGNORE_RENEW;
+    }
+  WeftTlsConfig *config = current_config (ssl, arg);
+  void *mark = NULL;
+  size_t mark_len = 0;
+  if (ss == NULL || !SSL_SESSION_get0_ticket_appdata (ss, &mark, &mark_len) ||
+      mark_len != sizeof config->id || memcmp (mark, config->id, sizeof config->id) != 0)
+    return SSL_TICKET_RETURN_IGNORE_RENEW;
+  return status == SSL_TICKET_SUCCESS ? SSL_TICKET_RETURN_USE : SSL_TICKET_RETURN_USE_RENEW;
 }
 
 static WeftTlsConfig *
@@ -200,6 +297,18 @@ config_new (gboolean server, GError **error)
        * is one more lock every handshake takes, and memory to bound. */
       SSL_CTX_set_session_cache_mode (ctx, SSL_SESS_CACHE_OFF);
       SSL_CTX_set_num_tickets (ctx, 1);
+      /* Without a session id context OpenSSL refuses every resumption
+       * with a fatal alert once client certificates are verified. */
+      if (RAND_bytes (self->id, sizeof self->id) != 1 ||
+          SSL_CTX_set_session_id_context (ctx, self->id, sizeof self->id) != 1 ||
+          SSL_CTX_set_session_ticket_cb (ctx, ticket_generate, ticket_decrypted, self) != 1)
+        {
+          set_ssl_error (error, G_IO_ERROR_FAILED, "session id context");
+          SSL_CTX_free (ctx);
+          g_free (self);
+          return NULL;
+        }
+      SSL_CTX_set_client_hello_cb (ctx, client_hello_cb, self);
       SSL_CTX_set_tlsext_servername_callback (ctx, servername_cb);
       SSL_CTX_set_tlsext_servername_arg (ctx, self);
       SSL_CTX_set_alpn_select_cb (ctx, alpn_select, self);
@@ -535,6 +644,11 @@ weft_tls_config_set_alpn_protocols (WeftTlsConfig *self, const gchar *const *pro
  * and the CA file) and the ALPN list if it has one (else this one's). The
  * protocol versions, session tickets and the handshake timeout stay this
  * configuration's: the client has already been answered on those.
+ *
+ * @func runs as the ClientHello arrives, before a session ticket is looked
+ * at: a ticket resumes only under the configuration that issued it, so a
+ * session from another name never skips the chosen configuration's client
+ * certificate.
  */
 void
 weft_tls_config_set_sni_func (WeftTlsConfig *self, WeftTlsSniFunc func, gpointer user_data,

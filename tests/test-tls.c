@@ -280,6 +280,24 @@ static const char *python_client =
     "    s.sendall(b'again')\n"
     "    assert s.recv(5) == b'again'\n"
     "    print('reused', s.session_reused)\n"
+    "elif mode.split(':')[0] in ('resume', 'resume12'):\n"
+    "    # resume[12]:NAME2: a ticket from a handshake to NAME, then a\n"
+    "    # connection to NAME2 offering it.\n"
+    "    kind, name2 = mode.split(':')\n"
+    "    if kind == 'resume12':\n"
+    "        ctx.maximum_version = ssl.TLSVersion.TLSv1_2\n"
+    "    s = connect()\n"
+    "    s.recv(200)  # the greeting; a TLS 1.3 ticket comes before it\n"
+    "    session = s.session\n"
+    "    s.close()\n"
+    "    print('ticket', session.has_ticket)\n"
+    "    try:\n"
+    "        raw = socket.create_connection(('127.0.0.1', port), timeout=10)\n"
+    "        s = ctx.wrap_socket(raw, server_hostname=name2, session=session)\n"
+    "        line = s.recv(200).decode().strip()\n"
+    "        print('second', 'resumed' if s.session_reused else 'full', line or 'eof')\n"
+    "    except (ssl.SSLError, OSError) as e:\n"
+    "        print('second failed', e)\n"
     "elif mode == 'badrecord':\n"
     "    import os\n"
     "    s = connect()\n"
@@ -350,6 +368,44 @@ test_python_echo (void)
     g_error ("python output:\n%s", out);
   g_free (out);
   wt_server_stop (&srv2);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
+/* ---- resumption with client certificates ------------------------------ */
+
+/* Runs the Python client's resume mode and fails unless its output holds
+ * @want. */
+static void
+expect_resume (guint16 port, const char *name, const char *mode, WtCert *client,
+               const char *want)
+{
+  gchar *out = run_python_as (port, name, mode, client);
+  if (strstr (out, "ticket True\n") == NULL || strstr (out, want) == NULL)
+    g_error ("python %s (expected '%s'):\n%s", mode, want, out);
+  g_free (out);
+}
+
+/* A server that requires client certificates resumes its clients'
+ * sessions, with TLS 1.3 and 1.2 (it refused every resumption with an
+ * internal_error alert: no session id context was set). */
+static void
+test_client_cert_resumption (void)
+{
+  if (need_env ("WEFT_TEST_PYTHON", "python3") == NULL)
+    return;
+  GError *error = NULL;
+  WeftTlsConfig *config = server_config (certs.localhost);
+  g_assert_true (weft_tls_config_set_ca_file (config, certs.ca->cert_file, &error));
+  g_assert_no_error (error);
+  weft_tls_config_set_verify_peer (config, TRUE);
+  WtServer srv;
+  tls_server_start (&srv, config, greet_setup, NULL);
+  expect_resume (srv.port, "localhost", "resume:localhost", certs.localhost,
+                 "second resumed weft-hello alpn=http/1.1 sni=localhost\n");
+  expect_resume (srv.port, "localhost", "resume12:localhost", certs.localhost,
+                 "second resumed weft-hello alpn=http/1.1 sni=localhost\n");
+  g_assert_cmpuint (weft_listener_get_n_tls_failed (srv.listener), ==, 0);
   wt_server_stop (&srv);
   weft_tls_config_unref (config);
 }
@@ -808,6 +864,21 @@ test_sni (void)
       if (strstr (out, "cn localhost http/1.1\n") == NULL)
         g_error ("python output:\n%s", out);
       g_free (out);
+      /* A ticket from the default configuration (no client certificate)
+       * offered to b.test does not skip b.test's certificate: refused
+       * without one (TLS 1.3 resumed it, TLS 1.2 resumed it under the old
+       * name), a full handshake with one. */
+      expect_resume (srv.port, "localhost", "resume:b.test", NULL, "second failed");
+      expect_resume (srv.port, "localhost", "resume12:b.test", NULL, "second failed");
+      expect_resume (srv.port, "localhost", "resume:b.test", certs.localhost,
+                     "second full weft-hello alpn=http/1.1 sni=b.test\n");
+      expect_resume (srv.port, "localhost", "resume12:b.test", certs.localhost,
+                     "second full weft-hello alpn=http/1.1 sni=b.test\n");
+      /* Within one configuration resumption still works. */
+      expect_resume (srv.port, "b.test", "resume:b.test", certs.localhost,
+                     "second resumed weft-hello alpn=http/1.1 sni=b.test\n");
+      expect_resume (srv.port, "localhost", "resume:localhost", NULL,
+                     "second resumed weft-hello alpn=http/1.1 sni=localhost\n");
     }
 
   const char *openssl = g_getenv ("WEFT_TEST_OPENSSL");
@@ -1350,6 +1421,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/s-client", test_s_client);
   g_test_add_func ("/tls/curl", test_curl);
   g_test_add_func ("/tls/python-echo", test_python_echo);
+  g_test_add_func ("/tls/client-cert-resumption", test_client_cert_resumption);
   g_test_add_func ("/tls/weft-client", test_weft_client);
   g_test_add_func ("/tls/http-server-gone-in-handshake", test_http_server_gone_in_handshake);
   g_test_add_func ("/tls/listener-unref-in-handshake", test_listener_unref_in_handshake);
