@@ -161,14 +161,15 @@ client_hello_cb (SSL *ssl, int *alert, void *arg)
   session->sni_done = TRUE;
   const unsigned char *ext = NULL;
   size_t ext_len = 0;
-  if (config->sni_func == NULL ||
-      !SSL_client_hello_get0_ext (ssl, TLSEXT_TYPE_server_name, &ext, &ext_len))
+  if (!SSL_client_hello_get0_ext (ssl, TLSEXT_TYPE_server_name, &ext, &ext_len))
     return SSL_CLIENT_HELLO_SUCCESS;
-  gchar *name = client_hello_server_name (ext, ext_len);
-  if (name == NULL)
+  /* The name this client sent (for a TLS 1.2 resumption OpenSSL reports
+   * the session's first one instead). */
+  g_free (session->server_name);
+  session->server_name = client_hello_server_name (ext, ext_len);
+  if (config->sni_func == NULL || session->server_name == NULL)
     return SSL_CLIENT_HELLO_SUCCESS;
-  WeftTlsConfig *chosen = config->sni_func (config, name, config->sni_data);
-  g_free (name);
+  WeftTlsConfig *chosen = config->sni_func (config, session->server_name, config->sni_data);
   if (chosen == NULL)
     {
       *alert = SSL_AD_UNRECOGNIZED_NAME;
@@ -200,17 +201,11 @@ client_hello_cb (SSL *ssl, int *alert, void *arg)
   return SSL_CLIENT_HELLO_SUCCESS;
 }
 
-/* Records the name (OpenSSL has checked it by now); the switch was made
- * in client_hello_cb(). */
+/* Acknowledges the name (an empty server_name extension back, and the
+ * name kept in the new session); client_hello_cb() has used it. */
 static int
 servername_cb (SSL *ssl, int *alert, void *arg)
 {
-  WeftTlsSession *session = SSL_get_ex_data (ssl, session_index);
-  const char *name = SSL_get_servername (ssl, TLSEXT_NAMETYPE_host_name);
-  if (name == NULL || session == NULL)
-    return SSL_TLSEXT_ERR_OK;
-  g_free (session->server_name);
-  session->server_name = g_strdup (name);
   return SSL_TLSEXT_ERR_OK;
 }
 
@@ -310,7 +305,6 @@ config_new (gboolean server, GError **error)
         }
       SSL_CTX_set_client_hello_cb (ctx, client_hello_cb, self);
       SSL_CTX_set_tlsext_servername_callback (ctx, servername_cb);
-      SSL_CTX_set_tlsext_servername_arg (ctx, self);
       SSL_CTX_set_alpn_select_cb (ctx, alpn_select, self);
     }
   else
