@@ -528,7 +528,14 @@ queue_push (WeftMainQueue *q, WeftNode *n)
 void
 weft__main_queue_push_context (WeftMainQueue *q, WeftContext *ctx)
 {
+  /* Once pushed, the context may run on the GMainContext's thread, be
+   * destroyed and release its reference on @q, and the GMainContext be
+   * finalized, all before queue_push() looks at dead and awake: its
+   * caller holds nothing else that keeps @q (a post to the GMainContext
+   * itself holds the GMainContext, and so its source's reference). */
+  g_atomic_int_inc (&q->refs);
   queue_push (q, &ctx->run_node);
+  queue_unref (q);
 }
 
 static gboolean

@@ -851,6 +851,55 @@ test_shutdown_with_queued (void)
   }
 }
 
+/* ---- /gmain/bound-queue-outlives-push ------------------------------------------------ */
+
+static gboolean
+keep_ticking (gpointer data)
+{
+  atomic_fetch_add ((atomic_int *) data, 1);
+  return G_SOURCE_CONTINUE;
+}
+
+/* Bound contexts whose timeouts fire on the engine's workers (each fire
+ * pushes the context to its GMainContext's queue), destroyed and their
+ * GMainContext finalized while the timeouts go on firing: a worker's push
+ * must keep the queue alive until it is done with it. It used to look at
+ * the queue after the push with nothing holding it, so the iterating thread
+ * could run the context, destroy it and free the queue in between (TSan
+ * reports that in every run of the old code; ASan only with a debugger
+ * holding the worker). */
+static void
+test_bound_queue_outlives_push (void)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  for (int round = 0; round < 60; round++)
+    {
+      GMainContext *mc = g_main_context_new ();
+      WeftContext *ctx[4];
+      atomic_int ticks = 0;
+      for (int i = 0; i < 4; i++)
+        {
+          ctx[i] = weft_context_new_for_main_context (engine, mc);
+          g_assert_cmpuint (weft_context_add_timeout (ctx[i], 1, keep_ticking, &ticks, NULL), !=, 0);
+          weft_context_dispatch (ctx[i]);
+        }
+      /* Run the contexts here until each has ticked a few times. */
+      GM_ITERATE_UNTIL (mc, atomic_load (&ticks) >= 8);
+      g_assert_cmpint (atomic_load (&ticks), >=, 8);
+      for (int i = 0; i < 4; i++)
+        {
+          /* Run what is queued first, so the last push often races the
+           * destroy and the finalize rather than finding them done. */
+          g_main_context_iteration (mc, FALSE);
+          weft_context_destroy (ctx[i]);
+          weft_context_unref (ctx[i]);
+        }
+      g_main_context_unref (mc);
+    }
+  g_assert_true (weft_engine_shutdown (engine, WT_DEADLINE_US));
+  weft_engine_unref (engine);
+}
+
 /* ---- /gmain/engine-shutdown-runs-queued ------------------------------------------- */
 
 static void
@@ -1137,6 +1186,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gmain/shutdown-with-queued", test_shutdown_with_queued);
   g_test_add_func ("/gmain/engine-shutdown-runs-queued", test_engine_shutdown_runs_queued);
   g_test_add_func ("/gmain/context-outlives-main-context", test_context_outlives_main_context);
+  g_test_add_func ("/gmain/bound-queue-outlives-push", test_bound_queue_outlives_push);
   g_test_add_func ("/gmain/stop-during-shutdown-drain", test_stop_during_shutdown_drain);
   g_test_add_func ("/gmain/two-shutdowns", test_two_shutdowns);
   g_test_add_func ("/gmain/restart-while-iterating", test_restart_while_iterating);
