@@ -140,6 +140,8 @@ struct _WeftHttpRequest {
   GDestroyNotify producer_notify;
   gboolean producer_on;     /* call it again when there is room */
   gboolean producer_queued;
+  gboolean in_producer;     /* the producer is being called */
+  gboolean producer_release_due; /* released meanwhile: notify on return */
   guint64 producer_mark;    /* bytes_out when last called */
 
   /* A streamed body (WEFT_HTTP_HANDLER_STREAM_BODY). */

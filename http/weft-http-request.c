@@ -260,6 +260,15 @@ body_abandon (WeftHttpRequest *req)
 void
 weft_http_producer_release (WeftHttpRequest *req)
 {
+  /* Never inside the producer's own call (its write failed and the
+   * connection closed, or it finished): its data must live until it
+   * returns, and a binding frees the closure that is running. */
+  if (req->in_producer)
+    {
+      req->producer_on = FALSE;
+      req->producer_release_due = TRUE;
+      return;
+    }
   GDestroyNotify pn = req->producer_notify;
   gpointer pd = req->producer_data;
   req->producer = NULL;
@@ -1103,7 +1112,15 @@ producer_job (gpointer data)
   if (!req->producer_on || req->stream_done || hc->closed || hc->active != req)
     return;
   req->producer_mark = req->bytes_out;
+  req->in_producer = TRUE;
   gboolean more = req->producer (req, req->producer_data);
+  req->in_producer = FALSE;
+  if (req->producer_release_due)
+    {
+      req->producer_release_due = FALSE;
+      weft_http_producer_release (req);
+      return;
+    }
   if (!more || req->stream_done)
     {
       req->producer_on = FALSE;
@@ -1133,7 +1150,9 @@ producer_job (gpointer data)
  *   is written by other means
  * @user_data: data for @producer
  * @notify: (nullable): frees @user_data, on the connection's context, once
- *   the answer is finished or the connection is gone
+ *   the answer is finished or the connection is gone; never inside a call
+ *   of @producer (if that call finishes the answer, or its write finds the
+ *   client gone, @notify runs when it returns)
  *
  * Starts an answer whose body is written piece by piece, with
  * weft_http_request_write() from any thread, and ended with

@@ -730,6 +730,129 @@ test_answer_races_drop (void)
   g_assert_cmpint (g_atomic_int_get (&notifies), ==, g_atomic_int_get (&race_handled));
 }
 
+/* ---- a producer's notify after its call --------------------------------- */
+
+/* One per request; the notify marks it instead of freeing it, so that a
+ * producer that finds it marked is a deterministic failure, not a
+ * use-after-free only a sanitizer sees. */
+typedef struct {
+  atomic_int released;
+  atomic_int violations; /* the producer saw itself released */
+  int pieces;
+  gboolean finish_inside;
+} Guard;
+
+#define MAX_GUARDS 64
+static Guard *guards[MAX_GUARDS];
+static atomic_int n_guards;
+
+static void
+guard_release (gpointer data)
+{
+  Guard *g = data;
+  atomic_fetch_add (&g->released, 1);
+}
+
+static gboolean
+guard_producer (WeftHttpRequest *req, gpointer data)
+{
+  Guard *g = data;
+  static guint8 block[64 * 1024];
+  gboolean ok = weft_http_request_write (req, block, sizeof block);
+  if (atomic_load (&g->released))
+    atomic_fetch_add (&g->violations, 1);
+  if (g->finish_inside && ++g->pieces == 3)
+    {
+      weft_http_request_finish (req);
+      if (atomic_load (&g->released))
+        atomic_fetch_add (&g->violations, 1);
+      return FALSE;
+    }
+  return ok;
+}
+
+static void
+guard_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  int i = atomic_fetch_add (&n_guards, 1);
+  g_assert_cmpint (i, <, MAX_GUARDS);
+  Guard *g = g_new0 (Guard, 1);
+  g->finish_inside = GPOINTER_TO_INT (user_data);
+  guards[i] = g;
+  weft_http_request_respond_stream (req, 200, "application/octet-stream", guard_producer, g,
+                                    guard_release);
+}
+
+/* The producer's notify never runs inside the producer's own call: not
+ * when the producer finishes the stream (the tutorial's pattern), nor when
+ * its write fails because the client reset the connection. It used to run
+ * from inside weft_http_request_finish() or _write(), so a producer that
+ * looked at its data afterwards read freed memory (and a binding freed
+ * the closure it was running). */
+static void
+test_producer_notify_after_call (void)
+{
+  atomic_store (&n_guards, 0);
+  WeftEngine *engine = wt_engine_new (2);
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_add_handler (server, "GET", "/finish", guard_handler, GINT_TO_POINTER (TRUE),
+                                NULL);
+  weft_http_server_add_handler (server, "GET", "/forever", guard_handler,
+                                GINT_TO_POINTER (FALSE), NULL);
+  GError *error = NULL;
+  WeftListener *l = weft_http_server_get_listener (server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  guint16 port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (server, &error));
+
+  /* Finished inside the producer: the whole body, then the notify. */
+  int fd = wt_connect_tcp (port);
+  wt_send_str (fd, "GET /finish HTTP/1.0\r\n\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_assert_cmpuint (got->len, >, 3 * 64 * 1024);
+  g_byte_array_unref (got);
+  close (fd);
+
+  /* Reset while the producer writes. */
+  const int resets = 40;
+  for (int i = 0; i < resets; i++)
+    {
+      fd = wt_connect_tcp (port);
+      wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
+      char buf[16384];
+      gsize n = 0;
+      while (n < 128 * 1024)
+        {
+          ssize_t r = recv (fd, buf, sizeof buf, 0);
+          g_assert_cmpint (r, >, 0);
+          n += (gsize) r;
+        }
+      struct linger lg = { 1, 0 };
+      g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), ==, 0);
+      close (fd);
+    }
+  gint64 end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  for (int i = 0; i < 1 + resets; i++)
+    {
+      while (g_get_monotonic_time () < end &&
+             (atomic_load (&n_guards) <= i || atomic_load (&guards[i]->released) == 0))
+        g_usleep (1000);
+      g_assert_cmpint (atomic_load (&n_guards), >, i);
+      g_assert_cmpint (atomic_load (&guards[i]->released), ==, 1);
+    }
+  weft_http_server_unref (server);
+  g_assert_true (weft_engine_shutdown (engine, WT_DEADLINE_US));
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&n_guards), ==, 1 + resets);
+  for (int i = 0; i < 1 + resets; i++)
+    {
+      g_assert_cmpint (atomic_load (&guards[i]->released), ==, 1);
+      g_assert_cmpint (atomic_load (&guards[i]->violations), ==, 0);
+      g_free (guards[i]);
+    }
+}
+
 /* ---- streamed bodies ---------------------------------------------------- */
 
 static gchar *
@@ -1020,6 +1143,7 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/client-gone", test_client_gone);
   g_test_add_func ("/http-stream/write-after-gone", test_write_after_gone);
   g_test_add_func ("/http-stream/answer-races-drop", test_answer_races_drop);
+  g_test_add_func ("/http-stream/producer-notify-after-call", test_producer_notify_after_call);
   g_test_add_func ("/http-stream/body-pieces", test_body_pieces);
   g_test_add_func ("/http-stream/refused-before-continue", test_refused_before_continue);
   g_test_add_func ("/http-stream/continue-on-read", test_continue_on_read);
