@@ -15,6 +15,12 @@
 
 typedef struct _WeftTlsSession WeftTlsSession;
 
+/* The ServerNameList of a ClientHello's server_name extension (RFC 6066
+ * §3), @len bytes: its host_name (free it), or NULL if there is none or the
+ * list is malformed (OpenSSL's own parse refuses that one later, with the
+ * right alert). */
+gchar *weft__tls_client_hello_server_name (const unsigned char *p, size_t len);
+
 /* TRUE for a configuration from weft_tls_config_new_server(). */
 gboolean weft__tls_config_is_server (WeftTlsConfig *config);
 

@@ -126,11 +126,8 @@ alpn_select (SSL *ssl, const unsigned char **out, unsigned char *outlen,
   return SSL_TLSEXT_ERR_OK;
 }
 
-/* The ServerNameList of a ClientHello's server_name extension (RFC 6066
- * §3): its host_name, or NULL if there is none or the list is malformed
- * (OpenSSL's own parse refuses that one later, with the right alert). */
-static gchar *
-client_hello_server_name (const unsigned char *p, size_t len)
+gchar *
+weft__tls_client_hello_server_name (const unsigned char *p, size_t len)
 {
   if (len < 2 || (size_t) ((p[0] << 8) | p[1]) != len - 2)
     return NULL;
@@ -139,7 +136,8 @@ client_hello_server_name (const unsigned char *p, size_t len)
   if (len < 3 || p[0] != TLSEXT_NAMETYPE_host_name)
     return NULL;
   size_t n = (size_t) ((p[1] << 8) | p[2]);
-  if (n == 0 || n > TLSEXT_MAXLEN_host_name || n > len - 3 || memchr (p + 3, 0, n) != NULL)
+  /* One entry filling the list exactly, as OpenSSL's own parse wants. */
+  if (n == 0 || n > TLSEXT_MAXLEN_host_name || n != len - 3 || memchr (p + 3, 0, n) != NULL)
     return NULL;
   return g_strndup ((const char *) p + 3, n);
 }
@@ -166,7 +164,7 @@ client_hello_cb (SSL *ssl, int *alert, void *arg)
   /* The name this client sent (for a TLS 1.2 resumption OpenSSL reports
    * the session's first one instead). */
   g_free (session->server_name);
-  session->server_name = client_hello_server_name (ext, ext_len);
+  session->server_name = weft__tls_client_hello_server_name (ext, ext_len);
   if (config->sni_func == NULL || session->server_name == NULL)
     return SSL_CLIENT_HELLO_SUCCESS;
   WeftTlsConfig *chosen = config->sni_func (config, session->server_name, config->sni_data);

@@ -7,6 +7,7 @@
  */
 #include "weft-net-util.h"
 #include "weft-tls-util.h"
+#include "weft-tls-private.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -917,6 +918,64 @@ test_sni (void)
   weft_tls_config_unref (sni.b_test);
 }
 
+/* ---- /tls/client-hello-server-name ------------------------------------- */
+
+/* The SNI function sees only a name OpenSSL accepts too: one host_name
+ * entry filling the list exactly, 1 to 255 bytes, no NUL. (Trailing
+ * entries or bytes, and a name length one short, used to reach it.) */
+static void
+test_client_hello_server_name (void)
+{
+  static const struct {
+    const char *bytes; /* the extension's body */
+    gsize len;
+    const char *want;  /* NULL: refused */
+  } cases[] = {
+#define C(b, w) { b, sizeof b - 1, w }
+    C ("\x00\x09\x00\x00\x06" "a.test", "a.test"),
+    C ("\x00\x09\x00\x00\x05" "a.test", NULL),                /* name one short */
+    C ("\x00\x09\x00\x00\x07" "a.test", NULL),                /* one long */
+    C ("\x00\x0a\x00\x00\x06" "a.test" "x", NULL),            /* a trailing byte */
+    C ("\x00\x12\x00\x00\x06" "a.test" "\x00\x00\x06" "b.test", NULL), /* two names */
+    C ("\x00\x12\x00\x00\x06" "a.test" "\x01\x00\x06" "b.test", NULL), /* then type 1 */
+    C ("\x00\x09\x01\x00\x06" "a.test", NULL),                /* not a host_name */
+    C ("\x00\x03\x00\x00\x00", NULL),                         /* empty name */
+    C ("\x00\x09\x00\x00\x06" "a.\0est", NULL),              /* a NUL inside */
+    C ("\x00\x08\x00\x00\x06" "a.test", NULL),                /* list length short */
+    C ("\x00\x00", NULL),                                       /* empty list */
+    C ("\x00", NULL),
+    C ("", NULL),
+#undef C
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      gchar *got = weft__tls_client_hello_server_name ((const unsigned char *) cases[i].bytes,
+                                                       cases[i].len);
+      if (g_strcmp0 (got, cases[i].want) != 0)
+        g_error ("case %" G_GSIZE_FORMAT ": got %s, want %s", i, got ? got : "NULL",
+                 cases[i].want ? cases[i].want : "NULL");
+      g_free (got);
+    }
+  /* 255 bytes is the longest name, 256 too long. */
+  guint8 ext[2 + 3 + 256];
+  for (gsize n = 255; n <= 256; n++)
+    {
+      gsize list = 3 + n;
+      ext[0] = (guint8) (list >> 8);
+      ext[1] = (guint8) list;
+      ext[2] = 0;
+      ext[3] = (guint8) (n >> 8);
+      ext[4] = (guint8) n;
+      memset (ext + 5, 'a', n);
+      gchar *got = weft__tls_client_hello_server_name (ext, 2 + list);
+      if (n == 255)
+        g_assert_cmpuint (strlen (got), ==, 255);
+      else
+        g_assert_null (got);
+      g_free (got);
+    }
+}
+
 /* ---- /tls/bad-client-hello --------------------------------------------- */
 
 /* Sends @data (then half-closes if @shut) and expects the server to close
@@ -1427,6 +1486,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/listener-unref-in-handshake", test_listener_unref_in_handshake);
   g_test_add_func ("/tls/expired-cert", test_expired_cert);
   g_test_add_func ("/tls/sni", test_sni);
+  g_test_add_func ("/tls/client-hello-server-name", test_client_hello_server_name);
   g_test_add_func ("/tls/bad-client-hello", test_bad_client_hello);
   g_test_add_func ("/tls/handshake-timeout", test_handshake_timeout);
   g_test_add_func ("/tls/connect-deadline-mid-handshake", test_connect_deadline_mid_handshake);
