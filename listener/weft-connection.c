@@ -87,6 +87,14 @@ typedef struct {
   GDestroyNotify notify;
 } ReadCb;
 
+/* A destroy notify held back until the callback that caused it returns. */
+typedef struct _Deferred Deferred;
+struct _Deferred {
+  Deferred *next;
+  GDestroyNotify notify;
+  gpointer data;
+};
+
 /* What few connections use, allocated on first use (ext_get()) and kept
  * until the connection is freed: an idle plain connection with the default
  * limits has none, which keeps its memory small (an HTTP server holds
@@ -126,6 +134,11 @@ typedef struct {
   GDestroyNotify wait_hook_free;
 
   gchar *peer_text;           /* weft__connection_peer_text()'s */
+
+  /* Notifies of readers and event functions released while one of the
+   * connection's callbacks ran: they run, in order, when it returns. */
+  Deferred *deferred;
+  Deferred *deferred_tail;
 } ConnExt;
 
 struct _WeftConnection {
@@ -164,6 +177,7 @@ struct _WeftConnection {
                                * read on to end of file */
   guint sent_since_check : 1; /* the peer took output since the last write check */
   guint stalled_checks : 2;   /* write checks in a row that saw no progress */
+  guint in_callback : 1;      /* a reader or event function is running */
   guint8 mode;                /* ReadMode */
   /* Set at construction, then read from any thread (the owner's data is
    * found from other threads: weft__connection_get_data()): bytes of their
@@ -281,12 +295,73 @@ can_do_io (WeftConnection *self)
 }
 
 static void
+run_deferred (WeftConnection *self)
+{
+  ConnExt *ext = self->ext;
+  while (ext != NULL && ext->deferred != NULL)
+    {
+      Deferred *d = ext->deferred;
+      ext->deferred = d->next;
+      if (ext->deferred == NULL)
+        ext->deferred_tail = NULL;
+      d->notify (d->data);
+      g_free (d);
+    }
+}
+
+/* Around each call of the application's reader or event function (and
+ * the coroutine hook): see release(). */
+static inline guint
+callback_enter (WeftConnection *self)
+{
+  guint was = self->in_callback;
+  self->in_callback = 1;
+  return was;
+}
+
+static inline void
+callback_leave (WeftConnection *self, guint was)
+{
+  self->in_callback = was;
+  if (!was && G_UNLIKELY (self->ext != NULL && self->ext->deferred != NULL))
+    run_deferred (self);
+}
+
+/* Runs a reader's or event function's @notify now or, inside one of the
+ * connection's callbacks, when that returns: the callback that closed the
+ * connection or replaced itself may still use its data, and a binding
+ * (PyGObject) frees the closure it is running. */
+static void
+release (WeftConnection *self, GDestroyNotify notify, gpointer data)
+{
+  if (notify == NULL)
+    return;
+  if (!self->in_callback)
+    {
+      notify (data);
+      return;
+    }
+  ConnExt *ext = ext_get (self);
+  Deferred *d = g_new (Deferred, 1);
+  d->next = NULL;
+  d->notify = notify;
+  d->data = data;
+  if (ext->deferred_tail != NULL)
+    ext->deferred_tail->next = d;
+  else
+    ext->deferred = d;
+  ext->deferred_tail = d;
+}
+
+static void
 emit (WeftConnection *self, WeftConnectionEvent event, const GError *error)
 {
+  guint was = callback_enter (self);
   if (self->ext != NULL && self->ext->wait_hook != NULL)
     self->ext->wait_hook (self, event, error, self->ext->wait_hook_data);
   if (self->event_func != NULL)
     self->event_func (self, event, error, self->event_data);
+  callback_leave (self, was);
 }
 
 static void
@@ -297,8 +372,7 @@ clear_reader (WeftConnection *self)
   memset (&self->reader, 0, sizeof self->reader);
   if (self->ext != NULL)
     g_clear_pointer (&self->ext->delim, g_free);
-  if (old.notify != NULL)
-    old.notify (old.data);
+  release (self, old.notify, old.data);
 }
 
 /* A small copy chunk comes from and goes to the thread's spare: a reply's
@@ -522,6 +596,8 @@ weft_connection_unref (WeftConnection *self)
   /* The last reference can only go after the fd source let go, i.e. after
    * finish_close() or a failed construction. */
   g_assert (self->closed);
+  g_assert (!self->in_callback);
+  run_deferred (self);
   drop_queue (self);
   g_free (self->rbuf);
   ConnExt *ext = self->ext;
@@ -676,7 +752,8 @@ weft__connection_deliver_now (WeftConnection *self)
  *   called on @self's context for each #WeftConnectionEvent
  * @user_data: data for @func
  * @notify: (nullable): frees @user_data when @func is replaced or the
- *   connection is closed
+ *   connection is closed; if that happens inside one of the connection's
+ *   callbacks (@func itself aborting, say), once that callback returns
  *
  * Without an event callback, a connection whose peer closes its side is
  * closed gracefully once its output is flushed.
@@ -693,13 +770,11 @@ weft_connection_set_event_func (WeftConnection *self, WeftConnectionEventFunc fu
   self->event_func = self->closed ? NULL : func;
   self->event_data = user_data;
   self->event_notify = notify;
-  if (old_notify != NULL)
-    old_notify (old_data);
+  release (self, old_notify, old_data);
   if (self->closed)
     {
       self->event_notify = NULL;
-      if (notify != NULL)
-        notify (user_data);
+      release (self, notify, user_data);
     }
 }
 
@@ -713,8 +788,7 @@ set_reader (WeftConnection *self, ReadMode mode, WeftConnectionReadFunc func,
     clear_reader (self);
   if (self->closed)
     {
-      if (notify != NULL)
-        notify (user_data);
+      release (self, notify, user_data);
       return;
     }
   self->mode = mode;
@@ -775,7 +849,9 @@ reader_installed (WeftConnection *self)
  *   bytes as they arrive and returns how many it consumed
  * @user_data: data for @func
  * @notify: (nullable): frees @user_data when the reader is replaced or
- *   stopped, or the connection closes
+ *   stopped, or the connection closes; if that happens inside one of the
+ *   connection's callbacks (@func closing the connection or installing
+ *   another reader, say), once that callback returns
  *
  * Raw mode: @func sees every byte that arrives, together with whatever it
  * left unconsumed before. Unconsumed bytes are kept (up to
@@ -917,7 +993,9 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
         case READ_RAW:
           {
             ReadCb before = self->reader;
+            guint was = callback_enter (self);
             used = self->reader.func (self, data, len, self->reader.data);
+            callback_leave (self, was);
             g_return_if_fail (used <= len);
             /* Took nothing but handed over to another reader: that one
              * sees the bytes now, as no new edge may come to present them.
@@ -937,9 +1015,10 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
               /* Clear first: the callback may install the next reader. */
               self->mode = READ_NONE;
               memset (&self->reader, 0, sizeof self->reader);
+              guint was = callback_enter (self);
               cb.func (self, data, used, cb.data);
-              if (cb.notify != NULL)
-                cb.notify (cb.data);
+              callback_leave (self, was);
+              release (self, cb.notify, cb.data);
             }
           break;
         case READ_UNTIL:
@@ -953,9 +1032,10 @@ deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *dat
                 self->mode = READ_NONE;
                 memset (&self->reader, 0, sizeof self->reader);
                 g_clear_pointer (&ext->delim, g_free);
+                guint was = callback_enter (self);
                 cb.func (self, data, used, cb.data);
-                if (cb.notify != NULL)
-                  cb.notify (cb.data);
+                callback_leave (self, was);
+                release (self, cb.notify, cb.data);
               }
             else if (len >= ext->want)
               {
@@ -1928,8 +2008,8 @@ finish_close (WeftConnection *self, gboolean abortive)
   emit (self, WEFT_CONNECTION_EVENT_CLOSED, NULL);
   WeftConnectionEventFunc ev = self->event_func;
   self->event_func = NULL;
-  if (ev != NULL && self->event_notify != NULL)
-    self->event_notify (self->event_data);
+  if (ev != NULL)
+    release (self, self->event_notify, self->event_data);
   self->event_notify = NULL;
   if (self->listener != NULL)
     weft__listener_connection_closed (self->listener, self);

@@ -715,6 +715,120 @@ test_abort (void)
   seen_clear (&seen);
 }
 
+/* ---- /connection/notify-after-callback ------------------------------- */
+
+/* A reader's or event function's data: its notify marks it instead of
+ * freeing it, so that a callback that finds it marked fails the test
+ * deterministically. */
+typedef struct {
+  atomic_int released;
+  atomic_int violations;
+  atomic_int mode;    /* what the callback does, see below */
+  atomic_int called;
+} Held;
+
+enum { HELD_CLOSE, HELD_ABORT, HELD_REPLACE, HELD_EVENT_ABORT };
+
+static Held held[4];
+
+static void
+held_release (gpointer data)
+{
+  atomic_fetch_add (&((Held *) data)->released, 1);
+}
+
+static gsize
+held_then_noop (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  return len;
+}
+
+static gsize
+held_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  Held *h = user_data;
+  atomic_fetch_add (&h->called, 1);
+  switch (atomic_load (&h->mode))
+    {
+    case HELD_CLOSE:
+      weft_connection_write (conn, (const guint8 *) "bye\n", 4);
+      weft_connection_close (conn);
+      break;
+    case HELD_ABORT:
+      weft_connection_abort (conn);
+      break;
+    case HELD_REPLACE:
+      weft_connection_start_reading (conn, held_then_noop, NULL, NULL);
+      weft_connection_write (conn, (const guint8 *) "replaced\n", 9);
+      weft_connection_close (conn);
+      break;
+    default:
+      break;
+    }
+  /* The notify of the reader running now must not have run yet. */
+  if (atomic_load (&h->released) != 0)
+    atomic_fetch_add (&h->violations, 1);
+  return len;
+}
+
+static void
+held_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
+            gpointer user_data)
+{
+  Held *h = user_data;
+  if (event == WEFT_CONNECTION_EVENT_PEER_CLOSED)
+    {
+      atomic_fetch_add (&h->called, 1);
+      weft_connection_abort (conn);
+    }
+  if (atomic_load (&h->released) != 0)
+    atomic_fetch_add (&h->violations, 1);
+}
+
+static void
+setup_held (WeftConnection *conn, gpointer test_data)
+{
+  Held *h = test_data;
+  if (atomic_load (&h->mode) == HELD_EVENT_ABORT)
+    {
+      weft_connection_set_event_func (conn, held_event, h, held_release);
+      weft_connection_start_reading (conn, held_then_noop, NULL, NULL);
+    }
+  else
+    weft_connection_start_reading (conn, held_read, h, held_release);
+}
+
+/* A reader that closes, aborts or replaces itself, and an event function
+ * that aborts on the peer's end, still have their data while they run:
+ * the notify comes after the callback returns, once. (It used to run
+ * inside the call: a use-after-free for C callers, and PyGObject freed the
+ * closure it was running and crashed.) */
+static void
+test_notify_after_callback (void)
+{
+  for (int m = HELD_CLOSE; m <= HELD_EVENT_ABORT; m++)
+    {
+      Held *h = &held[m];
+      memset (h, 0, sizeof *h);
+      atomic_store (&h->mode, m);
+      WtServer srv;
+      wt_server_start (&srv, 2, setup_held, h);
+      int fd = wt_connect_tcp (srv.port);
+      if (m == HELD_EVENT_ABORT)
+        shutdown (fd, SHUT_WR);
+      else
+        wt_send_str (fd, "x");
+      gboolean reset = FALSE;
+      g_byte_array_unref (wt_recv_to_eof (fd, TRUE, &reset));
+      close (fd);
+      WT_WAIT_UNTIL (atomic_load (&h->released) == 1);
+      wt_server_stop (&srv);
+      g_assert_cmpint (atomic_load (&h->called), ==, 1);
+      g_assert_cmpint (atomic_load (&h->released), ==, 1);
+      g_assert_cmpint (atomic_load (&h->violations), ==, 0);
+    }
+}
+
 /* ---- /connection/idle-timeout and /connection/write-timeout ------------ */
 
 static void
@@ -1219,6 +1333,7 @@ main (int argc, char **argv)
   g_test_add_func ("/connection/half-close", test_half_close);
   g_test_add_func ("/connection/graceful-close", test_graceful_close);
   g_test_add_func ("/connection/abort", test_abort);
+  g_test_add_func ("/connection/notify-after-callback", test_notify_after_callback);
   g_test_add_func ("/connection/idle-timeout", test_idle_timeout);
   g_test_add_func ("/connection/write-timeout", test_write_timeout);
   g_test_add_func ("/connection/send-file", test_send_file);
