@@ -1210,6 +1210,11 @@ weft_http_chunked_decode (WeftHttpChunked *dec, const char *buf, gsize len, cons
         case CH_EXT:
           if (++dec->line_len > MAX_SIZE_LINE)
             CH_FAIL (400);
+          /* RFC 9112 §7.1.1: the extensions' total length is bounded too
+           * (they count towards the body limit), or 4 KiB of them per byte
+           * of data would come free. */
+          if (c != '\r' && ++dec->total > dec->max_body)
+            CH_FAIL (413);
           if (c == '\r')
             {
               /* Only where an extension (or none) may end. */

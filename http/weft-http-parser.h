@@ -103,7 +103,7 @@ const WeftHttpSlice *weft_http_head_get_header (const WeftHttpHead *req,
 typedef struct {
   guint state;
   guint64 remaining;  /* bytes left in the current chunk */
-  guint64 total;      /* data bytes decoded so far */
+  guint64 total;      /* data bytes decoded so far, and chunk-ext bytes */
   guint64 max_body;   /* over: 413 */
   gsize line_len;     /* bytes of the current size line or trailer section */
   guint digits;
@@ -114,7 +114,8 @@ void weft_http_chunked_init (WeftHttpChunked *dec, guint64 max_body);
 
 /* Decodes from @buf (@len bytes). Returns how many bytes of @buf it used
  * (0 means it needs more input), or WEFT_HTTP_ERROR with *@status (400,
- * 413 for a body over the limit, or 431 for a trailer section past
+ * 413 for a body over the limit (chunk extensions count towards it), or
+ * 431 for a trailer section past
  * 8 KiB). Data found is returned as one slice per call in *@data and
  * *@data_len (pointing into @buf; *@data_len 0 if none), so call again
  * with the rest until it uses nothing. *@done turns TRUE after the last
