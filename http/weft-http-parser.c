@@ -327,27 +327,30 @@ slice_ieq_n (WeftHttpSlice s, const char *lit, gsize n)
   while (0)
 
 /* Running out of bytes: wait for more unless the head is already over its
- * limit (@in_target: the request-target is what is too long: 414). */
-#define NEED_MORE(in_target)                                                                      \
+ * limit, then fail with @over: 414 when the request-target is what is too
+ * long, 501 for the method (RFC 9112 §3: a method longer than any the
+ * server implements), else 431. */
+#define NEED_MORE(over)                                                                           \
   do                                                                                              \
     {                                                                                             \
       if (len >= limits->max_head)                                                                \
-        FAIL ((in_target) ? 414 : 431);                                                           \
+        FAIL (over);                                                                              \
       return WEFT_HTTP_INCOMPLETE;                                                                \
     }                                                                                             \
   while (0)
 
 /* Moves p past a run of @kind up to @delim (not in the run's class), or
- * waits for more bytes, or fails with 400 at a byte outside the class.
- * scan() may stop early at a byte of the class (see there): scan on. */
-#define SCAN_TO(kind, delim)                                                                      \
+ * waits for more bytes (failing with @over past the head limit), or fails
+ * with 400 at a byte outside the class. scan() may stop early at a byte of
+ * the class (see there): scan on. */
+#define SCAN_TO(kind, delim, over)                                                                \
   do                                                                                              \
     {                                                                                             \
       p = scan (p, end, buf, (kind));                                                             \
       while (p == end || *p != (delim))                                                           \
         {                                                                                         \
           if (p == end)                                                                           \
-            NEED_MORE (FALSE);                                                                    \
+            NEED_MORE (over);                                                                     \
           if (!IS (*p, run_class[(kind)]))                                                        \
             FAIL (400);                                                                           \
           p = scan (p + 1, end, buf, (kind));                                                     \
@@ -864,7 +867,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
         {
           if (*p == '\n')
             FAIL (400); /* bare LF */
-          NEED_MORE (FALSE);
+          NEED_MORE (431);
         }
       if (p[1] != '\n')
         FAIL (400);
@@ -873,7 +876,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
 
   /* method = token, then exactly one SP */
   const char *s = p;
-  SCAN_TO (RUN_NAME, ' ');
+  SCAN_TO (RUN_NAME, ' ', 501);
   if (p == s)
     FAIL (400);
   req->method = (WeftHttpSlice) { s, (gsize) (p - s) };
@@ -899,7 +902,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   if ((gsize) (p - s) > limits->max_target)
     FAIL (414);
   if (p == end)
-    NEED_MORE (TRUE);
+    NEED_MORE (414);
   if (p == s || *p != ' ')
     FAIL (400);
   req->target = (WeftHttpSlice) { s, (gsize) (p - s) };
@@ -919,7 +922,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
       for (guint i = 0; i < 5; i++, p++)
         {
           if (p == end)
-            NEED_MORE (FALSE);
+            NEED_MORE (431);
           if (*p != proto[i])
             FAIL (400);
         }
@@ -928,7 +931,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
           for (const char *q = p; q < end; q++)
             if (!(q - p == 1 ? *q == '.' : g_ascii_isdigit (*q)))
               FAIL (400);
-          NEED_MORE (FALSE);
+          NEED_MORE (431);
         }
       if (!g_ascii_isdigit (p[0]) || p[1] != '.' || !g_ascii_isdigit (p[2]))
         FAIL (400);
@@ -939,11 +942,11 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
         req->minor_version = 1; /* a later 1.x: answer as 1.1 (RFC 9110 §6.2) */
       p += 3;
       if (p == end)
-        NEED_MORE (FALSE);
+        NEED_MORE (431);
       if (*p != '\r')
         FAIL (400);
       if (p + 1 == end)
-        NEED_MORE (FALSE);
+        NEED_MORE (431);
       if (p[1] != '\n')
         FAIL (400);
       p += 2;
@@ -960,11 +963,11 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
   for (;;)
     {
       if (p == end)
-        NEED_MORE (FALSE);
+        NEED_MORE (431);
       if (*p == '\r')
         {
           if (p + 1 == end)
-            NEED_MORE (FALSE);
+            NEED_MORE (431);
           if (p[1] != '\n')
             FAIL (400);
           p += 2;
@@ -975,7 +978,7 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
        * or a name with a byte that is not a token's, below. */
       s = p;
       /* (No whitespace between name and colon: RFC 9112 §5.1, MUST 400.) */
-      SCAN_TO (RUN_NAME, ':');
+      SCAN_TO (RUN_NAME, ':', 431);
       if (p == s)
         FAIL (400);
       WeftHttpSlice name = { s, (gsize) (p - s) };
@@ -985,9 +988,9 @@ weft_http_parse_request (const char *buf, gsize len, const WeftHttpLimits *limit
       while (p < end && IS (*p, C_OWS))
         p++;
       s = p;
-      SCAN_TO (RUN_VALUE, '\r'); /* (stopped by any other control: NUL, bare LF) */
+      SCAN_TO (RUN_VALUE, '\r', 431); /* (stopped by any other control: NUL, bare LF) */
       if (p + 1 == end)
-        NEED_MORE (FALSE);
+        NEED_MORE (431);
       if (p[1] != '\n')
         FAIL (400);
       const char *e = p;

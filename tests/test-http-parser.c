@@ -471,6 +471,30 @@ test_head_too_long (void)
   g_string_free (s, TRUE);
 }
 
+/* A method that fills the head limit before its space: 501 (RFC 9112 §3:
+ * longer than any method the server implements), not 431, which is about
+ * header fields. */
+static void
+test_method_too_long (void)
+{
+  WeftHttpLimits limits;
+  weft_http_limits_init (&limits);
+  GString *s = g_string_new (NULL);
+  while (s->len <= limits.max_head)
+    g_string_append_c (s, 'A');
+  WeftHttpHeader headers[8];
+  WeftHttpHead req;
+  guint status = 0;
+  gssize r = weft_http_parse_request (s->str, s->len, &limits, &req, headers, 8, &status);
+  g_assert_cmpint (r, ==, WEFT_HTTP_ERROR);
+  g_assert_cmpuint (status, ==, 501);
+  /* Shorter than the limit it is incomplete, waiting for the space. */
+  status = 0;
+  r = weft_http_parse_request (s->str, limits.max_head - 1, &limits, &req, headers, 8, &status);
+  g_assert_cmpint (r, ==, WEFT_HTTP_INCOMPLETE);
+  g_string_free (s, TRUE);
+}
+
 /* A head of exactly max_head bytes (final CRLF included) parses; one byte
  * more is 431, at whichever length the bytes arrive. */
 static void
@@ -809,6 +833,7 @@ main (int argc, char **argv)
     }
   g_test_add_func ("/http-parser/limit/target-414", test_target_too_long);
   g_test_add_func ("/http-parser/limit/head-431", test_head_too_long);
+  g_test_add_func ("/http-parser/limit/method-501", test_method_too_long);
   g_test_add_func ("/http-parser/limit/head-at-limit", test_head_at_limit);
   g_test_add_func ("/http-parser/limit/header-count-431", test_too_many_headers);
   g_test_add_func ("/http-parser/limit/error-past-limit-431", test_error_past_limit);
