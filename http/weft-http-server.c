@@ -657,6 +657,20 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
     }
 }
 
+/* The server's own answer to a request no handler takes. */
+static void
+answer_unrouted (HttpConn *hc, WeftHttpRequest *req, guint status)
+{
+  /* One whose client waits for a 100 (see take_head()) is still the
+   * request being read, so its flush inside the answer waited for the
+   * answering call to return, as for a handler: flush now. (Its request
+   * stays in the line until then; another may be gone once answered.) */
+  gboolean refused_body = req->stream_body;
+  weft_http_respond_self (req, status, FALSE);
+  if (refused_body && !hc->closed)
+    weft_http_flush_ready (hc);
+}
+
 static void
 dispatch (HttpConn *hc, WeftHttpRequest *req)
 {
@@ -664,7 +678,7 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
   count_request (server);
   if (!known_method (req->method))
     {
-      weft_http_respond_self (req, 501, FALSE);
+      answer_unrouted (hc, req, 501);
       return;
     }
   switch (req->route_result)
@@ -672,14 +686,14 @@ dispatch (HttpConn *hc, WeftHttpRequest *req)
     case WEFT_HTTP_ROUTE_FOUND:
       break;
     case WEFT_HTTP_ROUTE_NOT_FOUND:
-      weft_http_respond_self (req, 404, FALSE);
+      answer_unrouted (hc, req, 404);
       return;
     case WEFT_HTTP_ROUTE_BAD_METHOD:
       weft_http_request_add_response_header (req, "Allow", req->allow->str);
-      weft_http_respond_self (req, 405, FALSE);
+      answer_unrouted (hc, req, 405);
       return;
     case WEFT_HTTP_ROUTE_BAD_PATH:
-      weft_http_respond_self (req, 400, FALSE);
+      answer_unrouted (hc, req, 400);
       return;
     }
   WeftHttpHandler func = (WeftHttpHandler) weft_http_route_get_handler (req->route);
@@ -1149,6 +1163,14 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
     }
   req->stream_body = req->route != NULL &&
                      (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);
+  /* No handler will take it (404, 405, 501, a bad path) and its client
+   * holds the body back for a 100 (Continue): answered at once, without
+   * the 100 or the body (RFC 9110 §10.1.1), the way a streamed-body
+   * handler's refusal is, and closed after, as the client may or may not
+   * send the body then. */
+  if (req->expect_continue && req->has_body && !req->stream_body &&
+      (req->route_result != WEFT_HTTP_ROUTE_FOUND || !known_method (req->method)))
+    req->stream_body = TRUE;
   weft_http_pending_push (hc, req);
   return req;
 }

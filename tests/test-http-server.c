@@ -778,6 +778,53 @@ expect_continue_behind (const char *late_path, guint request_ms, const char *met
   srv_stop (&s);
 }
 
+/* RFC 9110 §10.1.1: a request with Expect: 100-continue that no handler
+ * will take (no route, a method the route lacks, an unknown method) is
+ * answered at once, with no 100 and without waiting for the body its
+ * client holds back, then closed. A routed one still gets its 100. (The
+ * 100 used to be sent, the body read, and only then the 404.) */
+static void
+test_expect_continue_refused_unrouted (void)
+{
+  static const struct {
+    const char *request_line;
+    const char *status;
+  } cases[] = {
+    { "POST /nope HTTP/1.1", "HTTP/1.1 404 " },
+    { "DELETE /echo HTTP/1.1", "HTTP/1.1 405 " },
+    { "FOO /echo HTTP/1.1", "HTTP/1.1 501 " },
+  };
+  Srv s;
+  srv_start (&s, 0, 0);
+  for (gsize i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      int fd = wt_connect_tcp (s.port);
+      gchar *req = g_strdup_printf ("%s\r\nHost: a\r\nExpect: 100-continue\r\n"
+                                    "Content-Length: 5\r\n\r\n",
+                                    cases[i].request_line);
+      wt_send_str (fd, req);
+      g_free (req);
+      /* No body sent: the answer and the end must come anyway. */
+      wt_set_timeouts (fd, 5000);
+      GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+      g_byte_array_append (got, (const guint8 *) "", 1);
+      const char *text = (const char *) got->data;
+      if (!g_str_has_prefix (text, cases[i].status) || strstr (text, "Connection: close\r\n") == NULL)
+        g_error ("%s with Expect: 100-continue:\n%s", cases[i].request_line, text);
+      g_byte_array_unref (got);
+      close (fd);
+    }
+  /* The routed one: 100, then the echo. */
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "PUT /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                   "Content-Length: 5\r\n\r\n");
+  char cont[25];
+  wt_recv_exactly (fd, cont, sizeof cont);
+  g_assert_cmpmem (cont, sizeof cont, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* RFC 9110 §10.1.1: a request with Expect: 100-continue that arrives
  * behind one still being answered (800 ms later, from a thread) gets its
  * 100 once it is the oldest, so its client, holding the body back until
@@ -2672,6 +2719,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-server/expect-continue", test_expect_continue);
   g_test_add_func ("/http-server/expect-continue-behind-late-answer",
                    test_expect_continue_behind_late_answer);
+  g_test_add_func ("/http-server/expect-continue-refused-unrouted",
+                   test_expect_continue_refused_unrouted);
   g_test_add_func ("/http-server/expect-continue-waits-past-body-timeout",
                    test_expect_continue_waits_past_body_timeout);
   g_test_add_func ("/http-server/expect-continue-stream-body-asked-late",
