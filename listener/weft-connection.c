@@ -2030,9 +2030,14 @@ fail (WeftConnection *self, GError *error)
    * log. The application sees every error as the ERROR event. */
   if (tls_session (self) != NULL && !self->handshaking)
     g_info ("TLS connection closed: %s", error->message);
+  /* From a timer (idle, write, linger) nothing else holds the connection:
+   * an event function that closes it on ERROR would drop the last
+   * reference while it runs, and the close below would follow. */
+  weft_connection_ref (self);
   emit (self, WEFT_CONNECTION_EVENT_ERROR, error);
   g_error_free (error);
   finish_close (self, TRUE);
+  weft_connection_unref (self);
 }
 
 static gboolean

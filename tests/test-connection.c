@@ -727,9 +727,9 @@ typedef struct {
   atomic_int called;
 } Held;
 
-enum { HELD_CLOSE, HELD_ABORT, HELD_REPLACE, HELD_EVENT_ABORT };
+enum { HELD_CLOSE, HELD_ABORT, HELD_REPLACE, HELD_EVENT_ABORT, HELD_TIMEOUT_ABORT };
 
-static Held held[4];
+static Held held[5];
 
 static void
 held_release (gpointer data)
@@ -776,7 +776,8 @@ held_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error
             gpointer user_data)
 {
   Held *h = user_data;
-  if (event == WEFT_CONNECTION_EVENT_PEER_CLOSED)
+  if (event == WEFT_CONNECTION_EVENT_PEER_CLOSED ||
+      (event == WEFT_CONNECTION_EVENT_ERROR && atomic_load (&h->mode) == HELD_TIMEOUT_ABORT))
     {
       atomic_fetch_add (&h->called, 1);
       weft_connection_abort (conn);
@@ -789,24 +790,30 @@ static void
 setup_held (WeftConnection *conn, gpointer test_data)
 {
   Held *h = test_data;
-  if (atomic_load (&h->mode) == HELD_EVENT_ABORT)
+  if (atomic_load (&h->mode) >= HELD_EVENT_ABORT)
     {
       weft_connection_set_event_func (conn, held_event, h, held_release);
       weft_connection_start_reading (conn, held_then_noop, NULL, NULL);
+      /* The idle timeout's ERROR, from a timer: nothing but the
+       * connection's own reference holds it then. */
+      if (atomic_load (&h->mode) == HELD_TIMEOUT_ABORT)
+        weft_connection_set_idle_timeout (conn, 100);
     }
   else
     weft_connection_start_reading (conn, held_read, h, held_release);
 }
 
 /* A reader that closes, aborts or replaces itself, and an event function
- * that aborts on the peer's end, still have their data while they run:
- * the notify comes after the callback returns, once. (It used to run
- * inside the call: a use-after-free for C callers, and PyGObject freed the
- * closure it was running and crashed.) */
+ * that aborts on the peer's end or on an idle timeout's ERROR, still have
+ * their data while they run: the notify comes after the callback returns,
+ * once. (It used to run inside the call: a use-after-free for C callers,
+ * and PyGObject freed the closure it was running and crashed. From the
+ * idle timer, the abort also dropped the connection's last reference
+ * inside the event function.) */
 static void
 test_notify_after_callback (void)
 {
-  for (int m = HELD_CLOSE; m <= HELD_EVENT_ABORT; m++)
+  for (int m = HELD_CLOSE; m <= HELD_TIMEOUT_ABORT; m++)
     {
       Held *h = &held[m];
       memset (h, 0, sizeof *h);
@@ -816,7 +823,7 @@ test_notify_after_callback (void)
       int fd = wt_connect_tcp (srv.port);
       if (m == HELD_EVENT_ABORT)
         shutdown (fd, SHUT_WR);
-      else
+      else if (m != HELD_TIMEOUT_ABORT) /* that one stays silent */
         wt_send_str (fd, "x");
       gboolean reset = FALSE;
       g_byte_array_unref (wt_recv_to_eof (fd, TRUE, &reset));
