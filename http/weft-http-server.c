@@ -1163,14 +1163,6 @@ take_head (HttpConn *hc, const char *buf, gsize head_len, WeftHttpHead *head, gi
     }
   req->stream_body = req->route != NULL &&
                      (weft_http_route_get_flags (req->route) & WEFT_HTTP_HANDLER_STREAM_BODY);
-  /* No handler will take it (404, 405, 501, a bad path) and its client
-   * holds the body back for a 100 (Continue): answered at once, without
-   * the 100 or the body (RFC 9110 §10.1.1), the way a streamed-body
-   * handler's refusal is, and closed after, as the client may or may not
-   * send the body then. */
-  if (req->expect_continue && req->has_body && !req->stream_body &&
-      (req->route_result != WEFT_HTTP_ROUTE_FOUND || !known_method (req->method)))
-    req->stream_body = TRUE;
   weft_http_pending_push (hc, req);
   return req;
 }
@@ -1579,6 +1571,15 @@ on_data_held (WeftConnection *conn, const guint8 *data, gsize len, HttpConn *hc)
           consumed = batch.consumed;
           continue;
         }
+      /* No handler will take it (404, 405, 501, a bad path) and its client
+       * holds the body back for a 100 (Continue), none of it here yet:
+       * answered at once, without the 100 or the body (RFC 9110 §10.1.1),
+       * the way a streamed-body handler's refusal is, and closed after, as
+       * the client may or may not send the body then. (A body that came
+       * with the head is read and skipped, as without Expect.) */
+      if (req->expect_continue && consumed == len && !req->stream_body &&
+          (req->route_result != WEFT_HTTP_ROUTE_FOUND || !known_method (req->method)))
+        req->stream_body = TRUE;
       start_body (hc, req, &head);
       if (req->stream_body)
         dispatch (hc, req); /* the handler decides whether to read the body */
