@@ -661,10 +661,11 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
 static void
 answer_unrouted (HttpConn *hc, WeftHttpRequest *req, guint status)
 {
-  /* One whose client waits for a 100 (see take_head()) is still the
-   * request being read, so its flush inside the answer waited for the
-   * answering call to return, as for a handler: flush now. (Its request
-   * stays in the line until then; another may be gone once answered.) */
+  /* A streamed-body one (a streamed-body route's, or one whose client
+   * waits for a 100: see on_data_held()) is still the request being read,
+   * so the flush inside the answer waited for the answering call to
+   * return, as for a handler: flush now. (That request stays in the line
+   * until then; another may be gone once answered.) */
   gboolean refused_body = req->stream_body;
   weft_http_respond_self (req, status, FALSE);
   if (refused_body && !hc->closed)
