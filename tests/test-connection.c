@@ -793,7 +793,10 @@ setup_held (WeftConnection *conn, gpointer test_data)
   if (atomic_load (&h->mode) >= HELD_EVENT_ABORT)
     {
       weft_connection_set_event_func (conn, held_event, h, held_release);
-      weft_connection_start_reading (conn, held_then_noop, NULL, NULL);
+      /* An echo, so the client knows it was handed over before it shuts
+       * its side (a connection whose peer shut down with nothing sent
+       * before the hand-over is closed, not handed over). */
+      weft_connection_start_reading (conn, wt_echo_read, NULL, NULL);
       /* The idle timeout's ERROR, from a timer: nothing but the
        * connection's own reference holds it then. */
       if (atomic_load (&h->mode) == HELD_TIMEOUT_ABORT)
@@ -822,7 +825,12 @@ test_notify_after_callback (void)
       wt_server_start (&srv, 2, setup_held, h);
       int fd = wt_connect_tcp (srv.port);
       if (m == HELD_EVENT_ABORT)
-        shutdown (fd, SHUT_WR);
+        {
+          char echo;
+          wt_send_str (fd, "x");
+          wt_recv_exactly (fd, &echo, 1);
+          shutdown (fd, SHUT_WR);
+        }
       else if (m != HELD_TIMEOUT_ABORT) /* that one stays silent */
         wt_send_str (fd, "x");
       gboolean reset = FALSE;
