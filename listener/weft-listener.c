@@ -100,6 +100,10 @@ static void stop_accepting (WeftListener *self);
  * @notify, which runs after every call has returned and every connection
  * the listener accepted has closed, once.
  *
+ * A connection that ends before it is handed over (its peer resets it, or
+ * shuts its side down without sending a byte) is closed and never passed
+ * to @func: there is nothing to answer on it.
+ *
  * Returns: (transfer full): a new listener
  */
 WeftListener *
