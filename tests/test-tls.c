@@ -11,7 +11,6 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 typedef struct {
@@ -1095,13 +1094,15 @@ deadline_connected (WeftConnection *conn, const GError *error, gpointer user_dat
   atomic_store (&d->done, 1);
 }
 
-/* weft_connection_connect_async() with TLS whose deadline passes in the
- * handshake (a server that takes the TCP connection and never answers the
- * ClientHello): the callback says TIMED_OUT, and the connection it never
- * handed out is closed then, not left open until its context goes (the
- * server sees it end). */
+/* weft_connection_connect_async() with TLS to a server that takes the TCP
+ * connection and never answers the ClientHello, ended by the connect's
+ * deadline (@deadline_ms) or by the client configuration's handshake
+ * timeout (@handshake_ms, 0 for the default): the callback says TIMED_OUT
+ * once with no connection, the notify runs once, and the connection it
+ * never handed out is closed then, not left open until its context goes
+ * (the server sees the ClientHello, then the end). */
 static void
-test_connect_deadline_mid_handshake (void)
+expect_stalled_handshake_times_out (guint deadline_ms, guint handshake_ms)
 {
   guint16 port;
   int lfd = wt_listening_socket (4, &port);
@@ -1110,61 +1111,20 @@ test_connect_deadline_mid_handshake (void)
   WeftContext *ctx = weft_context_new (engine);
   weft_context_dispatch (ctx);
   WeftTlsConfig *cc = client_config ();
+  if (handshake_ms != 0)
+    weft_tls_config_set_handshake_timeout (cc, handshake_ms);
   DeadlineConnect d = { 0 };
-  /* 2 s: long enough for the resolver and the connect to come before it
-   * even under Valgrind, so there is always a connection to watch. */
-  weft_connection_connect_async (ctx, "127.0.0.1", port, 2000, cc,
-                                 deadline_connected, &d, NULL);
-  struct pollfd pfd = { .fd = lfd, .events = POLLIN };
-  g_assert_cmpint (poll (&pfd, 1, 2000), ==, 1);
-  int sfd = accept4 (lfd, NULL, NULL, SOCK_CLOEXEC);
-  g_assert_cmpint (sfd, >=, 0);
-  WT_WAIT_UNTIL (atomic_load (&d.done) == 1);
-  g_assert_cmpint (atomic_load (&d.done), ==, 1);
-  g_assert_cmpint (atomic_load (&d.got_conn), ==, 0);
-  g_assert_cmpint (atomic_load (&d.code), ==, G_IO_ERROR_TIMED_OUT);
-
-  /* The ClientHello, then the end, well within the receive timeout (a
-   * timeout fails the assertion inside wt_recv_to_eof). */
-  wt_set_timeouts (sfd, 5000);
-  gboolean reset = FALSE;
-  g_byte_array_unref (wt_recv_to_eof (sfd, TRUE, &reset));
-  close (sfd);
-
-  close (lfd);
-  weft_context_destroy (ctx);
-  weft_context_unref (ctx);
-  weft_tls_config_unref (cc);
-  weft_engine_unref (engine);
-}
-
-/* The same stalled handshake with no connect deadline, ended by the
- * client configuration's handshake timeout instead: the callback says
- * TIMED_OUT once and the notify runs once. (The timeout fired with no
- * reference of its own, and the connect's done callback dropped the last
- * one while the failure was still being handled: a use-after-free that
- * ASan reports.) */
-static void
-test_connect_handshake_timeout (void)
-{
-  guint16 port;
-  int lfd = wt_listening_socket (4, &port);
-
-  WeftEngine *engine = wt_engine_new (2);
-  WeftContext *ctx = weft_context_new (engine);
-  weft_context_dispatch (ctx);
-  WeftTlsConfig *cc = client_config ();
-  weft_tls_config_set_handshake_timeout (cc, 200);
-  DeadlineConnect d = { 0 };
-  weft_connection_connect_async (ctx, "127.0.0.1", port, 0, cc, deadline_connected, &d,
-                                 deadline_notify);
+  weft_connection_connect_async (ctx, "127.0.0.1", port, deadline_ms, cc, deadline_connected,
+                                 &d, deadline_notify);
   int sfd = accept4 (lfd, NULL, NULL, SOCK_CLOEXEC);
   g_assert_cmpint (sfd, >=, 0);
   WT_WAIT_UNTIL (atomic_load (&d.notified) == 1);
   g_assert_cmpint (atomic_load (&d.done), ==, 1);
   g_assert_cmpint (atomic_load (&d.got_conn), ==, 0);
   g_assert_cmpint (atomic_load (&d.code), ==, G_IO_ERROR_TIMED_OUT);
-  /* The client's side closed with it (the ClientHello, then the end). */
+
+  /* Well within the receive timeout (a timeout fails the assertion inside
+   * wt_recv_to_eof). */
   wt_set_timeouts (sfd, 5000);
   gboolean reset = FALSE;
   g_byte_array_unref (wt_recv_to_eof (sfd, TRUE, &reset));
@@ -1176,6 +1136,25 @@ test_connect_handshake_timeout (void)
   weft_tls_config_unref (cc);
   weft_engine_unref (engine);
   g_assert_cmpint (atomic_load (&d.notified), ==, 1);
+}
+
+/* The connect's deadline passes in the handshake. 2 s: long enough for the
+ * resolver and the connect to come before it even under Valgrind, so there
+ * is always a connection to watch. */
+static void
+test_connect_deadline_mid_handshake (void)
+{
+  expect_stalled_handshake_times_out (2000, 0);
+}
+
+/* No connect deadline: the handshake timeout ends it. (The timeout fired
+ * with no reference of its own, and the connect's done callback dropped the
+ * last one while the failure was still being handled: a use-after-free
+ * that ASan reports.) */
+static void
+test_connect_handshake_timeout (void)
+{
+  expect_stalled_handshake_times_out (0, 200);
 }
 
 /* The same connect, its context destroyed from another thread while the

@@ -114,6 +114,21 @@ wt_recv_exactly (int fd, void *buf, gsize len)
 /* Reads until end of file; returns what came. Asserts no error unless
  * @allow_reset, in which case *reset tells whether the stream ended with
  * ECONNRESET. */
+/* Reads and drops at least @len bytes (fails on EOF, an error or the
+ * receive timeout). */
+static inline void
+wt_recv_discard (int fd, gsize len)
+{
+  char buf[16384];
+  gsize got = 0;
+  while (got < len)
+    {
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      g_assert_cmpint (n, >, 0);
+      got += (gsize) n;
+    }
+}
+
 static inline GByteArray *
 wt_recv_to_eof (int fd, gboolean allow_reset, gboolean *reset)
 {
