@@ -51,13 +51,25 @@ weft__signal_source_dispatch (WeftSignalSource *src, gboolean drop)
  * signal is blocked in the calling thread (the engine's workers block
  * every asynchronous signal); block it in your other threads too, or
  * subscribe before creating them, or the kernel may deliver it to one of
- * them instead. Several contexts may subscribe to the same signal: each
- * gets a callback. The signal stays blocked after the source is removed.
+ * them instead. Processes forked from a thread that blocks it inherit the
+ * block. Several contexts of one engine may subscribe to the same signal:
+ * each gets a callback. One engine at a time watches a signal (an arrival
+ * is pending once, and one read takes it): a context of another engine
+ * gets %WEFT_ERROR_EXISTS until the last subscription of the first is
+ * gone. The signal stays blocked after the source is removed; arrivals
+ * while nobody watches it stay pending, and the next subscriber gets them.
+ *
+ * Only a signal sent to the process arrives: kill (getpid (), @signum),
+ * or kill() from another process. One sent to a single thread (raise(),
+ * pthread_kill(), tgkill()) is read only if that thread happens to read
+ * the signalfd: raise() from an application thread is never delivered,
+ * and from a callback only sometimes.
  *
  * Returns: the source id (> 0), or 0 with @error set:
  *   %WEFT_ERROR_INVALID for a signal that cannot be caught or is
- *   synchronous (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, ...), %WEFT_ERROR_EXISTS
- *   if @self already watches @signum, %WEFT_ERROR_CLOSED if @self is
+ *   synchronous (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, ...) or reserved by the C
+ *   library (32 up to `SIGRTMIN`), %WEFT_ERROR_EXISTS if @self or a context
+ *   of another engine already watches @signum, %WEFT_ERROR_CLOSED if @self is
  *   destroyed. On failure @notify has been called.
  */
 guint
@@ -70,7 +82,12 @@ weft_context_add_signal (WeftContext *self, gint signum, WeftSignalFunc func,
 
   if (signum <= 0 || signum >= 65 || signum == SIGKILL || signum == SIGSTOP ||
       signum == SIGSEGV || signum == SIGBUS || signum == SIGFPE || signum == SIGILL ||
-      signum == SIGTRAP || signum == SIGABRT)
+      signum == SIGTRAP || signum == SIGABRT ||
+      /* 32 up to SIGRTMIN are the C library's own (thread cancellation,
+       * setuid broadcast): pthread_sigmask() silently leaves them
+       * unblocked, so one sent to the process never reaches the signalfd
+       * and may take its default action (32 terminates). */
+      (signum >= 32 && signum < SIGRTMIN))
     {
       g_set_error (error, WEFT_ERROR, WEFT_ERROR_INVALID, "signal %d cannot be watched", signum);
       if (notify != NULL)

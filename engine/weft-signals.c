@@ -11,6 +11,22 @@
 
 #include "weft-context-private.h"
 
+/* The engine that reads each signal, process-wide. A signal sent to the
+ * process is pending once and the first signalfd read takes it: two
+ * engines reading one signal would each get a share of its arrivals. */
+static WeftMutex owners_lock = PTHREAD_MUTEX_INITIALIZER;
+static WeftEngine *owners[65]; /* HOLDS: owners_lock */
+
+/* HOLDS: self->signal_lock. The signals some source of @self watches. */
+static void
+watched_mask (WeftEngine *self, sigset_t *mask)
+{
+  sigemptyset (mask);
+  for (int s = 1; s < (int) G_N_ELEMENTS (self->signal_subs); s++)
+    if (self->signal_subs[s] != NULL && self->signal_subs[s]->len > 0)
+      sigaddset (mask, s);
+}
+
 void
 weft__signals_init (WeftEngine *self)
 {
@@ -48,10 +64,16 @@ weft__signals_subscribe (WeftEngine *self, WeftSignalSource *src, GError **error
                      "signal %d is already watched by this context", src->signum);
         return FALSE;
       }
-  sigemptyset (&mask);
-  for (int s = 1; s < (int) G_N_ELEMENTS (self->signal_subs); s++)
-    if (self->signal_subs[s] != NULL && self->signal_subs[s]->len > 0)
-      sigaddset (&mask, s);
+  weft__mutex_lock (&owners_lock);
+  if (owners[src->signum] != NULL && owners[src->signum] != self)
+    {
+      weft__mutex_unlock (&owners_lock);
+      weft__mutex_unlock (&self->signal_lock);
+      g_set_error (error, WEFT_ERROR, WEFT_ERROR_EXISTS,
+                   "signal %d is already watched by another engine", src->signum);
+      return FALSE;
+    }
+  watched_mask (self, &mask);
   sigaddset (&mask, src->signum);
 
   /* The calling thread stops taking the signal itself; workers block every
@@ -83,7 +105,9 @@ weft__signals_subscribe (WeftEngine *self, WeftSignalSource *src, GError **error
       if (self->signal_subs[src->signum] == NULL)
         self->signal_subs[src->signum] = g_ptr_array_new ();
       g_ptr_array_add (self->signal_subs[src->signum], src);
+      owners[src->signum] = self;
     }
+  weft__mutex_unlock (&owners_lock);
   weft__mutex_unlock (&self->signal_lock);
   return ok;
 }
@@ -95,7 +119,20 @@ weft__signals_unsubscribe (WeftEngine *self, WeftSignalSource *src)
    * raises under the same lock. The signal stays blocked: unblocking could
    * kill the process with the default action of a signal still pending. */
   weft__mutex_lock (&self->signal_lock);
-  g_ptr_array_remove_fast (self->signal_subs[src->signum], src);
+  GPtrArray *subs = self->signal_subs[src->signum];
+  g_ptr_array_remove_fast (subs, src);
+  if (subs->len == 0)
+    {
+      /* The last one: stop reading the signal, so that arrivals stay
+       * pending for whoever watches it next (another engine, or the
+       * application's own sigwait()) instead of being read and dropped. */
+      sigset_t mask;
+      watched_mask (self, &mask);
+      (void) signalfd (self->signal_fd, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+      weft__mutex_lock (&owners_lock);
+      owners[src->signum] = NULL;
+      weft__mutex_unlock (&owners_lock);
+    }
   weft__mutex_unlock (&self->signal_lock);
 }
 

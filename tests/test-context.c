@@ -2250,6 +2250,149 @@ test_signal (void)
   weft_engine_unref (engine);
 }
 
+/* ---- /context/signal-reserved ------------------------------------------ */
+
+static void
+test_signal_reserved (void)
+{
+  g_test_summary ("weft_context_add_signal(): the C library's reserved signals (32 up to "
+                  "SIGRTMIN: thread cancellation, setuid broadcast), which it never lets a "
+                  "thread block, fail with WEFT_ERROR_INVALID and the notify runs once");
+
+  WeftEngine *engine = wt_engine_new (1);
+  WeftContext *ctx = weft_context_new (engine);
+  for (gint signum = 32; signum < SIGRTMIN; signum++)
+    {
+      Sig s = { 0 };
+      GError *error = NULL;
+      g_assert_cmpuint (weft_context_add_signal (ctx, signum, sig_cb, &s, sig_notify, &error),
+                        ==, 0);
+      g_assert_error (error, WEFT_ERROR, WEFT_ERROR_INVALID);
+      g_clear_error (&error);
+      g_assert_cmpint (atomic_load (&s.notified), ==, 1);
+    }
+  /* SIGRTMIN itself is the application's. */
+  Sig rt = { 0 };
+  GError *error = NULL;
+  guint id = weft_context_add_signal (ctx, SIGRTMIN, sig_cb, &rt, sig_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (id, >, 0);
+  g_assert_true (weft_context_remove (ctx, id));
+  g_assert_cmpint (atomic_load (&rt.notified), ==, 1);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+}
+
+/* ---- /context/signal-two-engines --------------------------------------- */
+
+static void
+test_signal_two_engines (void)
+{
+  g_test_summary ("weft_context_add_signal(): one engine at a time watches a signal (an "
+                  "arrival is pending once and one read takes it): a context of a second "
+                  "engine gets WEFT_ERROR_EXISTS; once the first engine's last subscription "
+                  "is gone the second may subscribe, and every arrival reaches it");
+
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, SIGUSR1);
+  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+
+  WeftEngine *ea = wt_engine_new (2), *eb = wt_engine_new (2);
+  WeftContext *a = weft_context_new (ea), *b = weft_context_new (eb);
+  Sig sa = { .limit = G_MAXINT, .ctx = a }, sb = { .limit = G_MAXINT, .ctx = b };
+  GError *error = NULL;
+
+  guint ida = weft_context_add_signal (a, SIGUSR1, sig_cb, &sa, sig_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (ida, >, 0);
+  g_assert_cmpuint (weft_context_add_signal (b, SIGUSR1, sig_cb, &sb, sig_notify, &error), ==, 0);
+  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_EXISTS);
+  g_clear_error (&error);
+  g_assert_cmpint (atomic_load (&sb.notified), ==, 1);
+  weft_context_dispatch (a);
+  weft_context_dispatch (b);
+
+  /* The first engine lets go: the second takes the signal over. */
+  g_assert_true (weft_context_remove (a, ida));
+  atomic_store (&sb.notified, 0);
+  guint idb = weft_context_add_signal (b, SIGUSR1, sig_cb, &sb, sig_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (idb, >, 0);
+  for (gint k = 1; k <= 20; k++)
+    {
+      g_assert_cmpint (kill (getpid (), SIGUSR1), ==, 0);
+      WT_WAIT_UNTIL (atomic_load (&sb.calls) == k);
+      g_assert_cmpint (atomic_load (&sb.calls), ==, k);
+    }
+  g_assert_cmpint (atomic_load (&sa.calls), ==, 0);
+  g_assert_cmpint (atomic_load (&sb.wrong_current), ==, 0);
+
+  weft_context_unref (a);
+  weft_context_unref (b);
+  weft_engine_unref (ea);
+  weft_engine_unref (eb);
+  g_assert_cmpint (atomic_load (&sa.notified), ==, 1);
+  g_assert_cmpint (atomic_load (&sb.notified), ==, 1);
+}
+
+/* ---- /context/signal-unwatched-stays-pending --------------------------- */
+
+static void
+test_signal_unwatched_stays_pending (void)
+{
+  g_test_summary ("weft_context_add_signal(): once the last subscription of a signal is "
+                  "removed, the engine stops reading it: an arrival stays pending (not "
+                  "read and dropped) and the next subscriber gets it once");
+
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return;
+    }
+
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, SIGUSR2);
+  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  Sig s = { .limit = G_MAXINT, .ctx = ctx };
+  GError *error = NULL;
+  guint id = weft_context_add_signal (ctx, SIGUSR2, sig_cb, &s, sig_notify, &error);
+  g_assert_no_error (error);
+  weft_context_dispatch (ctx);
+  g_assert_true (weft_context_remove (ctx, id));
+
+  g_assert_cmpint (kill (getpid (), SIGUSR2), ==, 0);
+  wt_quiet_window_ms (50); /* time for a worker to read it, if it still did */
+  sigset_t pending;
+  g_assert_cmpint (sigpending (&pending), ==, 0);
+  g_assert_cmpint (sigismember (&pending, SIGUSR2), ==, 1);
+
+  id = weft_context_add_signal (ctx, SIGUSR2, sig_cb, &s, sig_notify, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (id, >, 0);
+  WT_WAIT_UNTIL (atomic_load (&s.calls) == 1);
+  g_assert_cmpint (atomic_load (&s.calls), ==, 1);
+  wt_quiet_window_ms (30);
+  g_assert_cmpint (atomic_load (&s.calls), ==, 1);
+  g_assert_cmpint (atomic_load (&s.signum), ==, SIGUSR2);
+
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+  g_assert_cmpint (atomic_load (&s.notified), ==, 2);
+}
+
 /* ---- /context/misuse --------------------------------------------------- */
 
 #define EXPECT_CRITICAL() \
@@ -2392,6 +2535,10 @@ main (int argc, char **argv)
   g_test_add_func ("/context/destroy-while-running", test_destroy_while_running);
   g_test_add_func ("/context/current", test_current);
   g_test_add_func ("/context/signal", test_signal);
+  g_test_add_func ("/context/signal-reserved", test_signal_reserved);
+  g_test_add_func ("/context/signal-two-engines", test_signal_two_engines);
+  g_test_add_func ("/context/signal-unwatched-stays-pending",
+                   test_signal_unwatched_stays_pending);
   g_test_add_func ("/context/misuse", test_misuse);
 
   return g_test_run ();
