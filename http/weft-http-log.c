@@ -157,7 +157,9 @@ log_destroy (WeftHttpAccessLog *log)
   g_free (log);
 }
 
-/* A header value for the log: quotes, backslashes and controls escaped. */
+/* A header value for the log: quotes, backslashes, controls and bytes
+ * from 0x7f up escaped (as nginx does): raw, UTF-8 C1 controls such as
+ * CSI (c2 9b) would reach the terminal of whoever reads the log. */
 static void
 append_quoted (GString *s, const char *v)
 {
@@ -169,7 +171,7 @@ append_quoted (GString *s, const char *v)
       {
         if (*p == '"' || *p == '\\')
           g_string_append_printf (s, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
+        else if (*p < 0x20 || *p >= 0x7f)
           g_string_append_printf (s, "\\x%02x", *p);
         else
           g_string_append_c (s, (char) *p);

@@ -2013,7 +2013,7 @@ test_access_log (void)
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
   s.port = weft_listener_get_port (l, 0);
   g_assert_true (weft_http_server_start (s.server, &error));
-  gchar *got = exchange_to_close (s.port, "GET /?a=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: t\"x\r\n\r\n"
+  gchar *got = exchange_to_close (s.port, "GET /?a=1 HTTP/1.1\r\nHost: a\r\nUser-Agent: t\"x\xc2\x9b\r\n\r\n"
                                           "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
   g_free (got);
   /* Wait for the log thread's flush (every 100 ms). */
@@ -2033,7 +2033,7 @@ test_access_log (void)
   gchar **lines = g_strsplit (text, "\n", -1);
   g_assert_cmpuint (g_strv_length (lines), ==, 3);
   g_assert_true (g_str_has_prefix (lines[0], "127.0.0.1 - - ["));
-  g_assert_nonnull (strstr (lines[0], "] \"GET /?a=1 HTTP/1.1\" 200 13 \"-\" \"t\\\"x\" "));
+  g_assert_nonnull (strstr (lines[0], "] \"GET /?a=1 HTTP/1.1\" 200 13 \"-\" \"t\\\"x\\xc2\\x9b\" "));
   g_assert_nonnull (strstr (lines[1], "\"GET /nope HTTP/1.1\" 404 "));
   g_strfreev (lines);
   g_free (text);
