@@ -89,6 +89,28 @@ finally:
     if p.poll() is None:
         p.kill()
 
+# --max-body 0 is a limit like any other (a body at all is 413), not
+# the default 8 MiB.
+p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '1',
+                      '--max-body', '0'], stdout=subprocess.PIPE, text=True)
+try:
+    port = int(re.search(r'port (\d+)', p.stdout.readline()).group(1))
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx')
+    got = b''
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    assert got.startswith(b'HTTP/1.1 413 '), got[:100]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=2) == 0, p.returncode
+finally:
+    if p.poll() is None:
+        p.kill()
+
 # Usage errors exit 2 with a message, before serving anything: a stray
 # argument (the directory belongs to --root: "weft-httpd DIR" must not
 # serve docs/ instead), more workers than weft_engine_new() takes (not a

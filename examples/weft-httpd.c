@@ -240,9 +240,10 @@ main (int argc, char **argv)
 {
   gchar *listen = NULL, *root = NULL, *cert = NULL, *key = NULL;
   gchar *access_log = NULL, *user = NULL, *group = NULL;
-  /* G_MININT: the timeout flags not given (the library's default). */
+  /* G_MININT: the timeout flags not given (the library's default); so
+   * G_MININT64 for --max-body, where 0 is a limit too (no body). */
   gint workers = 0, max_conns = 0, header_timeout = G_MININT, keepalive = G_MININT;
-  gint64 max_body = 0;
+  gint64 max_body = G_MININT64;
   GOptionEntry entries[] = {
     { "listen", 'l', 0, G_OPTION_ARG_STRING, &listen,
       "Address: host:port, [v6]:port or unix:/path (127.0.0.1:8080)", "ADDR" },
@@ -250,7 +251,7 @@ main (int argc, char **argv)
     { "workers", 'w', 0, G_OPTION_ARG_INT, &workers, "Worker threads (0: one per CPU)", "N" },
     { "cert", 0, 0, G_OPTION_ARG_FILENAME, &cert, "PEM certificate chain: serve HTTPS", "FILE" },
     { "key", 0, 0, G_OPTION_ARG_FILENAME, &key, "PEM private key for --cert", "FILE" },
-    { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body, "Largest request body (8 MiB)", "BYTES" },
+    { "max-body", 0, 0, G_OPTION_ARG_INT64, &max_body, "Largest request body, 0 for none (8 MiB)", "BYTES" },
     { "max-connections", 'm', 0, G_OPTION_ARG_INT, &max_conns,
       "Pause accepting at this many connections (0: the default, 16384)", "N" },
     { "header-timeout-ms", 0, 0, G_OPTION_ARG_INT, &header_timeout,
@@ -298,7 +299,7 @@ main (int argc, char **argv)
       goto out;
     }
   /* 4096: the most weft_engine_new() takes. */
-  if (workers < 0 || workers > 4096 || max_conns < 0 || max_body < 0 ||
+  if (workers < 0 || workers > 4096 || max_conns < 0 || (max_body < 0 && max_body != G_MININT64) ||
       (header_timeout < 0 && header_timeout != G_MININT) || (keepalive < 0 && keepalive != G_MININT))
     {
       g_printerr ("weft-httpd: --workers takes 0 to 4096; counts, sizes and timeouts must not be "
@@ -335,7 +336,7 @@ main (int argc, char **argv)
     goto out;
   server = weft_http_server_new (engine);
   WeftListener *listener = weft_http_server_get_listener (server);
-  if (max_body > 0)
+  if (max_body != G_MININT64)
     weft_http_server_set_max_body (server, (guint64) max_body);
   if (max_conns > 0)
     weft_http_server_set_limit (server, WEFT_HTTP_LIMIT_MAX_CONNECTIONS, (guint64) max_conns);
@@ -362,6 +363,14 @@ main (int argc, char **argv)
     goto out;
   if (user != NULL && !drop_privileges (&id, root != NULL ? root : "docs"))
     goto out;
+  /* Started as another user than root, the same check as after --user:
+   * a root it cannot search was served, 403 to every request. */
+  if (user == NULL && geteuid () != 0 && access (root != NULL ? root : "docs", R_OK | X_OK) != 0)
+    {
+      g_printerr ("weft-httpd: cannot read and search %s: %s\n", root != NULL ? root : "docs",
+                  g_strerror (errno));
+      goto out;
+    }
   if (!weft_http_server_start (server, &error))
     goto out;
   /* A port only for TCP: a unix: socket has none. */

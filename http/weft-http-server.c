@@ -163,16 +163,26 @@ pending_release (HttpConn *hc, WeftHttpRequest *req)
   weft__http_request_unref_here (req);
 }
 
+static void account (HttpConn *hc, WeftHttpRequest *req, gint64 *now, WeftHttpStats **st);
+
 /* Drops everything still queued: the connection is gone. Streams and
  * body readers hear of it (their notifies run) here, on the context. */
 static void
 drop_pending (HttpConn *hc)
 {
   WeftHttpRequest *req;
+  gint64 now = 0;
+  WeftHttpStats *st = NULL;
   hc->reading = NULL;
   hc->active = NULL;
   while ((req = weft_http_pending_pop (hc)) != NULL)
     {
+      /* A stream whose head is out was answered, even if it never ends
+       * (its client went away, the drain's deadline cut it off): it is
+       * counted and logged now, with the body written so far. Else an
+       * event stream, which only ever ends so, was in no count or log. */
+      if (req->head_sent)
+        account (hc, req, &now, &st);
       weft_http_request_drop (req);
       pending_release (hc, req);
     }
@@ -1675,6 +1685,11 @@ on_accept (WeftListener *listener, WeftConnection *conn, gpointer user_data)
    * back the last segment of one behind an unacknowledged previous one. */
   int one = 1;
   setsockopt (weft_connection_get_fd (conn), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  /* The log's peer, asked for now: the line of a stream cut off is
+   * written once the connection is closed (drop_pending()), when it can
+   * no longer be asked, and said "-". */
+  if (server->log != NULL)
+    weft__connection_peer_text (conn);
   weft_connection_start_reading (conn, on_data, hc, NULL);
 }
 

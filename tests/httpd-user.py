@@ -249,6 +249,9 @@ try:
         print('ok: as nobody, --user nobody is a no-op')
     other = next(u.pw_name for u in pwd.getpwall() if u.pw_uid not in (0, uid) and u.pw_gid != 0)
     fails(['--user', other, '--root', root], 'not running as root', **as_nobody)
+    # Started as nobody without --user: a root nobody cannot read fails
+    # as it does after --user nobody (it was served, 403 to everything).
+    fails(['--root', hidden], 'cannot read and search', **as_nobody)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -293,6 +293,7 @@ pre_thread_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_
 }
 
 static guint srv_body_timeout_ms; /* 0: the default */
+static const gchar *srv_access_log; /* NULL: none */
 
 static void
 srv_start (Srv *s)
@@ -306,6 +307,8 @@ srv_start (Srv *s)
   s->server = weft_http_server_new (s->engine);
   if (srv_body_timeout_ms != 0)
     weft_http_server_set_limit (s->server, WEFT_HTTP_LIMIT_BODY_TIMEOUT_MS, srv_body_timeout_ms);
+  if (srv_access_log != NULL)
+    g_assert_true (weft_http_server_set_access_log (s->server, srv_access_log, &error));
   weft_http_server_add_handler (s->server, "GET", "/count", count_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/flood", flood_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/forever", forever_handler, NULL, NULL);
@@ -651,6 +654,69 @@ test_client_gone (void)
   g_usleep (100 * 1000);
   g_assert_cmpint (g_atomic_int_get (&producer_calls), ==, calls);
   srv_stop (&s);
+}
+
+/* A stream its client leaves is still an answer (200, its head out): the
+ * status counts it and its latency, as it would an access log line. An
+ * event stream only ever ends so, and was in no count at all. */
+static void
+test_client_gone_counted (void)
+{
+  Srv s;
+  srv_start (&s);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
+  wt_recv_discard (fd, 64 * 1024);
+  close (fd);
+  wait_for (&notifies, 1);
+  gchar *json = NULL;
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  do
+    {
+      g_free (json);
+      json = weft_http_server_get_status_json (s.server);
+    }
+  while (strstr (json, "\"2xx\": 1,") == NULL && g_get_monotonic_time () < end);
+  g_test_message ("%s", json);
+  g_assert_nonnull (strstr (json, "\"requests\": 1,"));
+  g_assert_nonnull (strstr (json, "\"2xx\": 1, \"3xx\": 0, \"4xx\": 0, \"5xx\": 0"));
+  guint64 total = 0;
+  for (const char *p = strstr (json, "\"latency_us\""); (p = strstr (p, "\"count\": ")) != NULL; p++)
+    total += g_ascii_strtoull (p + 9, NULL, 10);
+  g_assert_cmpuint (total, ==, 1);
+  g_free (json);
+  srv_stop (&s);
+}
+
+/* ... and the access log has its line, with the client's address (asked
+ * once the connection was closed, it was "-"). */
+static void
+test_client_gone_logged (void)
+{
+  GError *error = NULL;
+  gchar *dir = g_dir_make_tmp ("weft-log-XXXXXX", &error);
+  g_assert_no_error (error);
+  gchar *path = g_build_filename (dir, "access.log", NULL);
+  srv_access_log = path;
+  Srv s;
+  srv_start (&s);
+  srv_access_log = NULL;
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
+  wt_recv_discard (fd, 64 * 1024);
+  close (fd);
+  wait_for (&notifies, 1);
+  srv_stop (&s); /* writes the log's last lines */
+  gchar *text = NULL;
+  g_assert_true (g_file_get_contents (path, &text, NULL, NULL));
+  g_test_message ("%s", text);
+  g_assert_true (g_str_has_prefix (text, "127.0.0.1 - - ["));
+  g_assert_nonnull (strstr (text, "] \"GET /forever HTTP/1.1\" 200 "));
+  g_free (text);
+  unlink (path);
+  rmdir (dir);
+  g_free (path);
+  g_free (dir);
 }
 
 /* Writes from a thread fail once the client is gone. */
@@ -1127,6 +1193,8 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/head", test_head);
   g_test_add_func ("/http-stream/backpressure", test_backpressure);
   g_test_add_func ("/http-stream/client-gone", test_client_gone);
+  g_test_add_func ("/http-stream/client-gone-counted", test_client_gone_counted);
+  g_test_add_func ("/http-stream/client-gone-logged", test_client_gone_logged);
   g_test_add_func ("/http-stream/write-after-gone", test_write_after_gone);
   g_test_add_func ("/http-stream/answer-races-drop", test_answer_races_drop);
   g_test_add_func ("/http-stream/producer-notify-after-call", test_producer_notify_after_call);
