@@ -1531,6 +1531,25 @@ weft_connection_is_write_blocked (WeftConnection *self)
   return self->above_high;
 }
 
+/* Where flush_tls() reads a file part to encrypt: not the scratch
+ * buffer, which may hold the bytes a read function on this thread is
+ * still looking at (it may write to a TLS connection on its context,
+ * which flushes at once). One per thread, as scratch. */
+#define FILE_READ_SIZE 16384
+static GPrivate file_read_key = G_PRIVATE_INIT (g_free);
+static _Thread_local WEFT_TLS_IE guint8 *file_read;
+
+static guint8 *
+file_read_buffer (void)
+{
+  if (G_UNLIKELY (file_read == NULL))
+    {
+      file_read = g_malloc (FILE_READ_SIZE);
+      g_private_set (&file_read_key, file_read);
+    }
+  return file_read;
+}
+
 /* Sends what the socket takes. Returns FALSE if the connection failed.
  * Inline: flush() is its only caller, once per reply. */
 static inline __attribute__ ((always_inline)) gboolean
@@ -1647,10 +1666,10 @@ flush_tls (WeftConnection *self)
       gsize len;
       if (c->kind == CHUNK_FILE)
         {
-          guint8 *buf = scratch_buffer ();
+          guint8 *buf = file_read_buffer ();
           gssize r;
           do
-            r = pread (c->file.fd, buf, MIN (c->len, (gsize) 16384), (off_t) c->file.pos);
+            r = pread (c->file.fd, buf, MIN (c->len, (gsize) FILE_READ_SIZE), (off_t) c->file.pos);
           while (r < 0 && errno == EINTR);
           if (r <= 0)
             {

@@ -1440,6 +1440,118 @@ test_https_hostile (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/file-send-keeps-read-data ------------------------------------ */
+
+/* Two connections on one context: a plain one whose read function writes
+ * to a TLS one that has a file part queued (its peer reads nothing). */
+typedef struct {
+  WeftConnection *tls;  /* the TLS client, once connected (our reference) */
+  WeftConnection *plain;
+  int file;
+  atomic_int ready;     /* 1: the file is queued on the TLS connection */
+  atomic_int checked;   /* 1: the read bytes stayed intact; 2: they changed */
+  atomic_int closed;
+} Clobber;
+
+static void
+clobber_peer_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
+                    gpointer user_data)
+{
+}
+
+static void
+clobber_peer_setup (WeftConnection *conn, gpointer test_data)
+{
+  /* Reads nothing (an event function keeps it): the file stays queued
+   * on the other side. */
+  weft_connection_set_event_func (conn, clobber_peer_event, NULL, NULL);
+}
+
+static void
+clobber_connected (WeftConnection *conn, const GError *error, gpointer user_data)
+{
+  Clobber *c = user_data;
+  g_assert_no_error (error);
+  c->tls = weft_connection_ref (conn);
+  g_assert_true (weft_connection_send_file (conn, c->file, 0, 32 * 1024 * 1024, NULL));
+  atomic_store (&c->ready, 1);
+}
+
+static gsize
+clobber_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  Clobber *c = user_data;
+  guint8 *copy = g_memdup2 (data, len);
+  /* Flushes the TLS connection at once (not in its own fd callback):
+   * its file part is read from the file, and encrypted. */
+  weft_connection_write (c->tls, (const guint8 *) "x", 1);
+  atomic_store (&c->checked, memcmp (copy, data, len) == 0 ? 1 : 2);
+  g_free (copy);
+  return len;
+}
+
+static void
+clobber_close (gpointer data)
+{
+  Clobber *c = data;
+  weft_connection_abort (c->tls);
+  weft_connection_abort (c->plain);
+  atomic_store (&c->closed, 1);
+}
+
+/* WeftConnectionReadFunc's @data stays valid until the callback returns.
+ * A TLS connection reads the file parts it sends into a buffer before
+ * encrypting them; that buffer was the thread's read scratch buffer,
+ * which holds the bytes a read function on the same thread is looking
+ * at: a write from it to such a connection overwrote them with the
+ * file's (here zeros). */
+static void
+test_file_send_keeps_read_data (void)
+{
+  WtServer srv;
+  WeftTlsConfig *config = server_config (certs.localhost);
+  tls_server_start (&srv, config, clobber_peer_setup, NULL);
+  WeftTlsConfig *cconfig = client_config ();
+  GError *error = NULL;
+
+  Clobber c = { 0 };
+  gchar *path = g_build_filename (certs.dir, "zeros.bin", NULL);
+  c.file = open (path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  g_assert_cmpint (c.file, >=, 0);
+  g_assert_cmpint (ftruncate (c.file, 32 * 1024 * 1024), ==, 0);
+  g_unlink (path);
+  g_free (path);
+
+  int sv[2];
+  wt_socketpair (sv);
+  WeftContext *ctx = weft_context_new (srv.engine);
+  c.plain = weft_connection_new (ctx, sv[0], &error);
+  g_assert_no_error (error);
+  weft_connection_start_reading (c.plain, clobber_read, &c, NULL);
+  weft_context_dispatch (ctx);
+  weft_connection_connect_async (ctx, "localhost", srv.port, 5000, cconfig, clobber_connected,
+                                 &c, NULL);
+  WT_WAIT_UNTIL (atomic_load (&c.ready) == 1);
+  g_assert_cmpint (atomic_load (&c.ready), ==, 1);
+
+  static const char msg[] = "these bytes are the read function's";
+  wt_send_all (sv[1], msg, sizeof msg - 1);
+  WT_WAIT_UNTIL (atomic_load (&c.checked) != 0);
+  g_assert_cmpint (atomic_load (&c.checked), ==, 1);
+
+  weft_context_post (ctx, clobber_close, &c, NULL);
+  WT_WAIT_UNTIL (atomic_load (&c.closed) == 1);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_connection_unref (c.tls);
+  weft_connection_unref (c.plain);
+  close (sv[1]);
+  close (c.file);
+  weft_tls_config_unref (cconfig);
+  wt_server_stop (&srv);
+  weft_tls_config_unref (config);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1473,6 +1585,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/connect-destroyed-mid-handshake", test_connect_destroyed_mid_handshake);
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
   g_test_add_func ("/tls/https-hostile", test_https_hostile);
+  g_test_add_func ("/tls/file-send-keeps-read-data", test_file_send_keeps_read_data);
   int r = g_test_run ();
 
   wt_cert_free (certs.expired);
