@@ -924,13 +924,27 @@ keepalive_close (HttpConn *hc, gint64 prev_now)
   if (hc->closed || since == 0 || limit == 0 || hc->timer != 0 || hc->n_pending != 0 ||
       hc->reading != NULL || g_get_monotonic_time () - since < limit)
     return;
+  /* Still sending (a large file to a slow client): not idle, whatever
+   * the clock says, which runs from when the last answer was queued.
+   * Reading pauses while the queue is high, so a request the client sent
+   * meanwhile is read, and answered, once it is low; a client that takes
+   * nothing is the write timeout's. The clock starts again now. */
+  if (weft_connection_get_write_queued (hc->conn) > 0)
+    {
+      atomic_store_explicit (&hc->idle_since, g_get_monotonic_time (), memory_order_relaxed);
+      return;
+    }
   /* Expired before the previous sweep began, yet still open: that sweep's
    * walk did not find it (a close job of its own would have run first on
    * this context, and set closing). */
   if (!hc->closing && prev_now != 0 && since + limit <= prev_now)
     atomic_fetch_add_explicit (&hc->server->sweep_missed, 1, memory_order_relaxed);
   hc->closing = TRUE;
-  weft_connection_close (hc->conn);
+  /* The last of an answer may still be in the socket buffer, with a
+   * request sent meanwhile unread: a close with unread input makes the
+   * kernel reset the connection and destroy that tail. The close lingers
+   * if input is there, as the other closes do. */
+  close_lingering (hc);
 }
 
 /* The HttpConn in the allocation of @conn (an accepted connection), on

@@ -831,6 +831,90 @@ test_last_modified_bounds (void)
   srv_stop (&s);
 }
 
+/* A keep-alive connection whose answer is still going out is not idle:
+ * a large file to a slow client outlasted the keep-alive timeout, which
+ * counts from when the answer was queued. A request the client sent
+ * meanwhile was still unread then (reading pauses while the file fills
+ * the write queue), and closing with it unread made the kernel reset the
+ * connection, destroying the rest of the file still in the socket
+ * buffer: the client got megabytes fewer than the Content-Length. Now
+ * the whole file comes, then the answer to the second request, then the
+ * keep-alive close (a FIN, no reset). */
+static void
+test_keepalive_close_keeps_file (void)
+{
+  const gsize size = 32 * 1024 * 1024;
+  Srv s;
+  GError *error = NULL;
+  s.root = g_dir_make_tmp ("weft-static3-XXXXXX", NULL);
+  g_assert_nonnull (s.root);
+  gchar *path = g_build_filename (s.root, "big.bin", NULL);
+  int ffd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  g_assert_cmpint (ffd, >=, 0);
+  g_assert_cmpint (ftruncate (ffd, (off_t) size), ==, 0);
+  close (ffd);
+  g_free (path);
+  write_in (&s, "a.txt", "a");
+  s.engine = wt_engine_new (2);
+  s.server = weft_http_server_new (s.engine);
+  weft_http_server_set_limit (s.server, WEFT_HTTP_LIMIT_KEEPALIVE_TIMEOUT_MS, 200);
+  g_assert_true (weft_http_server_add_directory (s.server, "/", s.root, &error));
+  WeftListener *l = weft_http_server_get_listener (s.server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  s.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (s.server, &error));
+  g_assert_no_error (error);
+
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n");
+  /* The head has come: the file is queued and the server reads no more
+   * until most of it is gone. The next request waits unread. */
+  char buf[65536];
+  gsize have = 0;
+  while (g_strstr_len (buf, (gssize) have, "\r\n\r\n") == NULL)
+    {
+      ssize_t n = recv (fd, buf + have, sizeof buf - 1 - have, 0);
+      g_assert_cmpint (n, >, 0);
+      have += (gsize) n;
+    }
+  wt_send_str (fd, "GET /a.txt HTTP/1.1\r\nHost: a\r\n\r\n");
+  gsize head = (gsize) (g_strstr_len (buf, (gssize) have, "\r\n\r\n") + 4 - buf);
+  gsize body = have - head;
+  /* Slowly (16 MB/s at most, 2 s for the file): the keep-alive timeout
+   * (0.2 to 0.25 s) passes long before the file has left the queue. */
+  gboolean reset = FALSE;
+  GString *tail = g_string_new (NULL); /* what comes after the file */
+  for (;;)
+    {
+      ssize_t n = recv (fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && errno == ECONNRESET)
+        {
+          reset = TRUE;
+          break;
+        }
+      g_assert_cmpint (n, >=, 0);
+      if (n == 0)
+        break;
+      if (body + (gsize) n > size)
+        {
+          gsize skip = body >= size ? 0 : size - body;
+          g_string_append_len (tail, buf + skip, (gssize) ((gsize) n - skip));
+        }
+      body += (gsize) n;
+      g_usleep (4000);
+    }
+  close (fd);
+  g_test_message ("%" G_GSIZE_FORMAT " bytes after the head%s", body, reset ? ", then a reset" : "");
+  g_assert_false (reset);
+  g_assert_cmpuint (body, >=, size);
+  g_assert_true (g_str_has_prefix (tail->str, "HTTP/1.1 200 "));
+  g_assert_true (g_str_has_suffix (tail->str, "\r\n\r\na"));
+  g_string_free (tail, TRUE);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -853,5 +937,6 @@ main (int argc, char **argv)
                    test_no_redirect_for_file_or_missing_fallback);
   g_test_add_func ("/http-static/no-open-redirect", test_no_open_redirect);
   g_test_add_func ("/http-static/last-modified-bounds", test_last_modified_bounds);
+  g_test_add_func ("/http-static/keepalive-close-keeps-file", test_keepalive_close_keeps_file);
   return g_test_run ();
 }
