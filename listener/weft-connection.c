@@ -1534,7 +1534,8 @@ weft_connection_is_write_blocked (WeftConnection *self)
 /* Where flush_tls() reads a file part to encrypt: not the scratch
  * buffer, which may hold the bytes a read function on this thread is
  * still looking at (it may write to a TLS connection on its context,
- * which flushes at once). One per thread, as scratch. */
+ * which flushes at once). discard_input() drops what it reads there too:
+ * neither keeps anything in it across a call. One per thread, as scratch. */
 #define FILE_READ_SIZE 16384
 static GPrivate file_read_key = G_PRIVATE_INIT (g_free);
 static _Thread_local WEFT_TLS_IE guint8 *file_read;
@@ -2069,14 +2070,17 @@ linger_expired (gpointer data)
 }
 
 /* Lingering: reads and drops what the peer still sends, until its end of
- * file, the byte budget or the linger timeout; then closes. */
+ * file, the byte budget or the linger timeout; then closes. Into the file
+ * read buffer, which holds nothing between calls: not the scratch buffer,
+ * where a read function on this thread (another connection's, on this
+ * context, that made this one close) may still be looking at its data. */
 static void
 discard_input (WeftConnection *self)
 {
-  guint8 *scratch = scratch_buffer ();
+  guint8 *buf = file_read_buffer ();
   for (;;)
     {
-      ssize_t n = weft__sys_recv (self->fd, scratch, SCRATCH_SIZE, 0);
+      ssize_t n = weft__sys_recv (self->fd, buf, FILE_READ_SIZE, 0);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

@@ -295,6 +295,46 @@ pre_thread_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_
 static guint srv_body_timeout_ms; /* 0: the default */
 static const gchar *srv_access_log; /* NULL: none */
 
+/* /proxy: a streamed answer fed by a second connection (a socketpair, the
+ * "backend") that the handler opens on the request's context. */
+typedef struct {
+  WeftHttpRequest *req;
+  WeftConnection *backend;
+  int peer;            /* the backend's other end, the test's */
+  atomic_int ready;
+  atomic_int checked;  /* 1: the read data were intact; 2: overwritten */
+} Proxy;
+
+static Proxy proxy;
+
+static gsize
+proxy_read (WeftConnection *conn, const guint8 *data, gsize len, gpointer user_data)
+{
+  guint8 *copy = g_memdup2 (data, len);
+  /* The last piece: the finish flushes at once on this context, and the
+   * answer's client asked for the close, which lingers. */
+  weft_http_request_write (proxy.req, data, len);
+  weft_http_request_finish (proxy.req);
+  atomic_store (&proxy.checked, memcmp (copy, data, len) == 0 ? 1 : 2);
+  g_free (copy);
+  weft_connection_close (conn);
+  return len;
+}
+
+static void
+proxy_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  int sv[2];
+  wt_socketpair (sv);
+  proxy.peer = sv[1];
+  proxy.req = weft_http_request_ref (req);
+  proxy.backend = weft_connection_new (weft_context_get_current (), sv[0], NULL);
+  g_assert_nonnull (proxy.backend);
+  weft_http_request_respond_stream (req, 200, "text/plain", NULL, NULL, NULL);
+  weft_connection_start_reading (proxy.backend, proxy_read, NULL, NULL);
+  atomic_store (&proxy.ready, 1);
+}
+
 static void
 srv_start (Srv *s)
 {
@@ -316,6 +356,7 @@ srv_start (Srv *s)
   weft_http_server_add_handler (s->server, "GET", "/gone", gone_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/race", race_handler, NULL, NULL);
   weft_http_server_add_handler (s->server, "GET", "/", hello, NULL, NULL);
+  weft_http_server_add_handler (s->server, "GET", "/proxy", proxy_handler, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/sum", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      sum_handler, NULL, NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/dup", WEFT_HTTP_HANDLER_STREAM_BODY,
@@ -1180,6 +1221,45 @@ test_duplex (void)
   srv_stop (&s);
 }
 
+/* WeftConnectionReadFunc's data stay valid until the callback returns. A
+ * read function on an HTTP connection's context (a proxy's backend) that
+ * ends an answer whose client asked for the close starts that
+ * connection's lingering close, which reads and drops the client's input
+ * at once; it read it into the thread's read scratch buffer, where the
+ * read function's data were (here overwritten by the client's "J"s). */
+static void
+test_linger_keeps_read_data (void)
+{
+  Srv s;
+  srv_start (&s);
+  memset (&proxy, 0, sizeof proxy);
+  int fd = wt_connect_tcp (s.port);
+  /* The "J"s behind the request stop the reading; those sent later stay
+   * in the socket for the lingering close. */
+  wt_send_str (fd, "GET /proxy HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nJJJJ");
+  WT_WAIT_UNTIL (atomic_load (&proxy.ready) == 1);
+  g_assert_cmpint (atomic_load (&proxy.ready), ==, 1);
+  char junk[512];
+  memset (junk, 'J', sizeof junk);
+  wt_send_all (fd, junk, sizeof junk);
+  g_usleep (50 * 1000); /* (in the socket either way: the reading stopped) */
+
+  static const char msg[] = "these bytes are the read function's";
+  wt_send_all (proxy.peer, msg, sizeof msg - 1);
+  WT_WAIT_UNTIL (atomic_load (&proxy.checked) != 0);
+  g_assert_cmpint (atomic_load (&proxy.checked), ==, 1);
+
+  GByteArray *all = wt_recv_to_eof (fd, FALSE, NULL);
+  g_byte_array_append (all, (const guint8 *) "", 1);
+  g_assert_nonnull (strstr ((const char *) all->data, msg));
+  g_byte_array_unref (all);
+  close (fd);
+  close (proxy.peer);
+  weft_connection_unref (proxy.backend);
+  weft_http_request_unref (proxy.req);
+  srv_stop (&s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1207,5 +1287,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/answered-then-bad-body", test_answered_then_bad_body);
   g_test_add_func ("/http-stream/answered-elsewhere-then-bad-body",
                    test_answered_elsewhere_then_bad_body);
+  g_test_add_func ("/http-stream/linger-keeps-read-data", test_linger_keeps_read_data);
   return g_test_run ();
 }
