@@ -155,6 +155,7 @@ struct _WeftConnection {
   guint fin_seen : 1;         /* the peer shut down while we were not reading */
   guint write_shutdown : 1;   /* requested: shut the write side once flushed */
   guint write_shut_done : 1;
+  guint notify_waits : 1;     /* TLS: the close_notify waits for room */
   guint closing : 1;          /* graceful close: flush, then close */
   guint closed : 1;
   guint above_high : 1;
@@ -216,6 +217,7 @@ static void update_interest (WeftConnection *self);
 static inline void queued (WeftConnection *self);
 static void close_flushed (WeftConnection *self);
 static void discard_input (WeftConnection *self);
+static gboolean linger_expired (gpointer data);
 static void deliver_buffered_job (gpointer data);
 static inline __attribute__ ((always_inline)) void
 deliver (WeftConnection *self, guint8 *owned, gsize owned_cap, const guint8 *data, gsize len);
@@ -1741,6 +1743,38 @@ drained_job (gpointer data)
     emit (self, WEFT_CONNECTION_EVENT_DRAINED, NULL);
 }
 
+/* A TLS connection's output ends with its close_notify, sent once the
+ * rest is gone. Sent then whether or not the socket took it, it was lost
+ * or cut short when the socket was full (a peer reading slowly), and the
+ * peer saw a truncation. FALSE: the socket is full; the close_notify waits
+ * for room as other output does (flush() comes back on the OUT edge), as
+ * long as the write timeout, or the close's 30 s, allows. */
+static gboolean
+close_notify_sent (WeftConnection *self)
+{
+  if (tls_session (self) == NULL || self->write_shut_done || self->handshaking)
+    return TRUE;
+  ConnExt *ext = self->ext; /* (a TLS connection has one) */
+  if (weft__tls_shutdown (tls_session (self)))
+    {
+      if (self->notify_waits && ext->linger_id != 0)
+        {
+          weft_context_remove (self->ctx, ext->linger_id);
+          ext->linger_id = 0;
+        }
+      self->notify_waits = FALSE;
+      return TRUE;
+    }
+  if (!self->notify_waits && ext->linger_id == 0)
+    ext->linger_id = weft_context_add_timeout (self->ctx,
+                                               self->write_ms != 0 ? self->write_ms
+                                                                   : DEFAULT_CLOSE_LINGER_MS,
+                                               linger_expired, self, NULL);
+  self->notify_waits = TRUE;
+  update_interest (self);
+  return FALSE;
+}
+
 static void
 flush (WeftConnection *self)
 {
@@ -1806,8 +1840,8 @@ after:
     close_flushed (self);
   else if (self->write_shutdown && !self->write_shut_done)
     {
-      if (tls_session (self) != NULL)
-        weft__tls_shutdown (tls_session (self));
+      if (!close_notify_sent (self))
+        return;
       shutdown (self->fd, SHUT_WR);
       self->write_shut_done = TRUE;
       if (self->peer_closed)
@@ -1849,7 +1883,7 @@ update_interest (WeftConnection *self)
       want = 0;
       if (self->mode != READ_NONE && !(self->read_paused || self->peer_closed || self->closing))
         want |= G_IO_IN;
-      if (self->wq_head != NULL)
+      if (self->wq_head != NULL || self->notify_waits)
         want |= G_IO_OUT;
       if (G_UNLIKELY (self->tls_read_wants_out || self->tls_write_wants_in))
         {
@@ -2110,6 +2144,8 @@ close_flushed (WeftConnection *self)
 {
   if (self->discarding)
     return; /* (every flush ends here: the end comes from discard_input) */
+  if (!close_notify_sent (self))
+    return; /* (flush() calls again) */
   int unread = 0;
   if (!self->lingering || self->peer_closed ||
       (!self->linger_always && ioctl (self->fd, FIONREAD, &unread) == 0 && unread == 0))

@@ -48,8 +48,9 @@ gssize weft__tls_read (WeftTlsSession *self, guint8 *buf, gsize len, GIOConditio
 gssize weft__tls_write (WeftTlsSession *self, const guint8 *buf, gsize len, GIOCondition *want,
                         GError **error);
 
-/* Sends close_notify, best effort, without waiting for the peer's. */
-void weft__tls_shutdown (WeftTlsSession *self);
+/* Sends close_notify, without waiting for the peer's. FALSE: the socket
+ * is full, call again once it is writable; TRUE: sent (or none to send). */
+gboolean weft__tls_shutdown (WeftTlsSession *self);
 
 /* Negotiated ALPN protocol and the SNI name the client sent (server side);
  * NULL if none. Valid while the session lives. */

@@ -53,6 +53,7 @@ struct _WeftTlsSession
   WeftTlsConfig *sni_config; /* ref: the configuration SNI switched to */
   gboolean sni_done;     /* the ClientHello's name was looked at */
   gboolean handshake_done;
+  gboolean notify_pending; /* the close_notify waits in OpenSSL for room */
 };
 
 G_DEFINE_BOXED_TYPE (WeftTlsConfig, weft_tls_config, weft_tls_config_ref, weft_tls_config_unref)
@@ -927,16 +928,24 @@ weft__tls_write (WeftTlsSession *self, const guint8 *buf, gsize len, GIOConditio
   return c;
 }
 
-void
+gboolean
 weft__tls_shutdown (WeftTlsSession *self)
 {
   if (!self->handshake_done || SSL_in_init (self->ssl))
-    return;
+    return TRUE;
+  /* Once sent, never again: a further SSL_shutdown() would read the
+   * socket for the peer's close_notify, taking a half-closed connection's
+   * input. */
+  if ((SSL_get_shutdown (self->ssl) & SSL_SENT_SHUTDOWN) && !self->notify_pending)
+    return TRUE;
   ERR_clear_error ();
-  /* One call sends close_notify (if the socket takes it); we do not wait
-   * for the peer's: the connection closes or half-closes next. */
-  (void) SSL_shutdown (self->ssl);
+  /* We do not wait for the peer's close_notify: the connection closes or
+   * half-closes next. A full socket leaves ours (or its tail) buffered;
+   * the call made again once the socket is writable sends the rest. */
+  int r = SSL_shutdown (self->ssl);
+  self->notify_pending = r < 0 && SSL_get_error (self->ssl, r) == SSL_ERROR_WANT_WRITE;
   ERR_clear_error ();
+  return !self->notify_pending;
 }
 
 const char *

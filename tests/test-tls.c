@@ -1552,6 +1552,102 @@ test_file_send_keeps_read_data (void)
   weft_tls_config_unref (config);
 }
 
+/* ---- /tls/close-notify-when-full ---------------------------------------- */
+
+typedef struct {
+  WeftConnection *conn;
+  atomic_int ready;   /* the handshake is done */
+  atomic_int closed;  /* CLOSED came */
+} Notify;
+
+static void
+notify_event (WeftConnection *conn, WeftConnectionEvent event, const GError *error,
+              gpointer user_data)
+{
+  Notify *n = user_data;
+  if (event == WEFT_CONNECTION_EVENT_CLOSED)
+    atomic_store (&n->closed, 1);
+}
+
+static void
+notify_handshaken (WeftConnection *conn, const GError *error, gpointer user_data)
+{
+  Notify *n = user_data;
+  g_assert_no_error (error);
+  weft_connection_set_event_func (conn, notify_event, n, NULL);
+  weft_connection_write (conn, (const guint8 *) "hello", 5);
+  atomic_store (&n->ready, 1);
+}
+
+static void
+notify_answer_and_close (gpointer data)
+{
+  Notify *n = data;
+  static guint8 answer[6000];
+  memset (answer, 'a', sizeof answer);
+  weft_connection_write (n->conn, answer, sizeof answer);
+  weft_connection_close (n->conn);
+}
+
+/* weft_connection_close() promises a close_notify before the close. It was
+ * sent once, when the output was gone, whether or not the socket took it:
+ * with the socket full (a client that reads slowly; here a small send
+ * buffer, 6000 bytes of answer and a client that reads only after the
+ * close), the close_notify was lost, or cut short, and the client saw its
+ * data end without one: a truncation, to TLS ("unexpected eof while
+ * reading" from OpenSSL's SSL_read). */
+static void
+test_close_notify_when_full (void)
+{
+  GError *error = NULL;
+  signal (SIGPIPE, SIG_IGN); /* (the client's alert after a cut: its write fails) */
+  WeftEngine *engine = wt_engine_new (1);
+  WeftTlsConfig *config = server_config (certs.localhost);
+  int sv[2];
+  wt_socketpair (sv);
+  g_assert_cmpint (fcntl (sv[1], F_SETFL, 0), ==, 0); /* the client blocks */
+  int small = 4096;
+  g_assert_cmpint (setsockopt (sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), ==, 0);
+
+  Notify n = { 0 };
+  WeftContext *ctx = weft_context_new (engine);
+  n.conn = weft_connection_new (ctx, sv[0], &error);
+  g_assert_no_error (error);
+  weft_connection_start_tls (n.conn, config, NULL, notify_handshaken, &n, NULL);
+  weft_context_dispatch (ctx);
+
+  SSL_CTX *cctx = ossl_client_ctx (0);
+  SSL *ssl = SSL_new (cctx);
+  SSL_set_fd (ssl, sv[1]);
+  SSL_set_tlsext_host_name (ssl, "localhost");
+  g_assert_cmpint (SSL_connect (ssl), ==, 1);
+  char buf[8192];
+  g_assert_cmpint (SSL_read (ssl, buf, sizeof buf), ==, 5); /* (and the tickets) */
+  WT_WAIT_UNTIL (atomic_load (&n.ready) == 1);
+
+  weft_context_post (ctx, notify_answer_and_close, &n, NULL);
+  /* The close_notify waits for room in the socket (the client reads only
+   * now): it must not be dropped meanwhile. */
+  g_usleep (100 * 1000);
+  gsize got = 0;
+  int r;
+  while ((r = SSL_read (ssl, buf, sizeof buf)) > 0)
+    got += (gsize) r;
+  g_assert_cmpuint (got, ==, 6000);
+  g_assert_cmpint (SSL_get_error (ssl, r), ==, SSL_ERROR_ZERO_RETURN);
+  WT_WAIT_UNTIL (atomic_load (&n.closed) == 1);
+  g_assert_cmpint (atomic_load (&n.closed), ==, 1);
+
+  SSL_free (ssl);
+  SSL_CTX_free (cctx);
+  close (sv[1]);
+  weft_context_destroy (ctx);
+  weft_context_unref (ctx);
+  weft_connection_unref (n.conn);
+  weft_engine_unref (engine);
+  weft_tls_config_unref (config);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1586,6 +1682,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tls/many-handshakes", test_many_handshakes);
   g_test_add_func ("/tls/https-hostile", test_https_hostile);
   g_test_add_func ("/tls/file-send-keeps-read-data", test_file_send_keeps_read_data);
+  g_test_add_func ("/tls/close-notify-when-full", test_close_notify_when_full);
   int r = g_test_run ();
 
   wt_cert_free (certs.expired);
