@@ -575,12 +575,27 @@ flush_job (gpointer data)
     weft_http_flush_ready (hc);
 }
 
+/* req->responded: 0, not yet; 1, by the application; 2, by the server
+ * itself (a refusal, a timeout: weft_http_respond_self()). */
+#define ANSWERED_BY_SERVER 2
+
+/* Whether the server answered @req itself: a handler answering it later,
+ * from another thread, could not know (nor avoid it), so its answer is
+ * refused without a critical warning. */
+static gboolean
+answered_by_server (WeftHttpRequest *req)
+{
+  return atomic_load (&req->responded) == ANSWERED_BY_SERVER;
+}
+
 static gboolean
 claim (WeftHttpRequest *req, const char *func)
 {
-  if (atomic_exchange (&req->responded, 1))
+  int was = 0;
+  if (!atomic_compare_exchange_strong (&req->responded, &was, 1))
     {
-      g_critical ("%s: request already answered", func);
+      if (was != ANSWERED_BY_SERVER)
+        g_critical ("%s: request already answered", func);
       return FALSE;
     }
   return TRUE;
@@ -643,10 +658,17 @@ attach (WeftHttpRequest *req)
                                    (GDestroyNotify) weft_http_request_unref);
 }
 
-/* An answer the server gives itself (errors, 404), on the context. */
-void
+/* An answer the server gives itself (errors, 404), on the context.
+ * Returns FALSE if the request was answered already: a handler's answer
+ * from another thread may come first at any moment, so the caller cannot
+ * test for it beforehand (claimed in one step, without a critical). */
+gboolean
 weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
 {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong (&req->responded, &expected, ANSWERED_BY_SERVER))
+    return FALSE;
+  /* Only now: the answering thread reads it in build_response(). */
   if (close)
     req->keep_alive = FALSE;
   char text[64];
@@ -654,13 +676,11 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
   /* Answering writes it out and may drop the queue's reference. */
   weft_http_request_ref (req);
   atomic_store_explicit (&req->handler_thread, weft_http_this_thread (), memory_order_relaxed);
-  if (claim (req, "weft_http_respond_self"))
-    {
-      build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
-      attach (req);
-    }
+  build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
+  attach (req);
   atomic_store_explicit (&req->handler_thread, NULL, memory_order_relaxed);
   weft_http_request_unref (req);
+  return TRUE;
 }
 
 /* On the context, before the head goes out: makes the answer the
@@ -972,6 +992,8 @@ weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (name != NULL && value != NULL);
+  if (answered_by_server (self))
+    return; /* refused meanwhile (see claim()) */
   g_return_if_fail (!atomic_load (&self->responded));
   /* Checked even with G_DISABLE_CHECKS: a CR or LF here would let a value
    * that came from a client write headers (or a whole answer) of its own. */
@@ -1013,7 +1035,11 @@ final_status (guint status, const char *func)
  * @len: its length
  *
  * Answers the request, from any thread. Answers go out in the order the
- * requests came. The body is left out for HEAD.
+ * requests came. The body is left out for HEAD. The server may have
+ * answered the request itself meanwhile (a malformed or timed-out body:
+ * 400, 408, 413): then this answer, and the headers, writes and finish
+ * of a streamed one, are dropped without a warning, as for a client
+ * that is gone. Answering twice otherwise is a programmer error.
  */
 void
 weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *content_type,
@@ -1258,6 +1284,8 @@ stream_writable (WeftHttpRequest *self, const char *func)
 {
   if (!self->streaming)
     {
+      if (answered_by_server (self))
+        return FALSE; /* its stream was refused (see claim()) */
       g_critical ("%s: the request has no streamed answer", func);
       return FALSE;
     }
@@ -1346,6 +1374,8 @@ void
 weft_http_request_finish (WeftHttpRequest *self)
 {
   g_return_if_fail (self != NULL);
+  if (!self->streaming && answered_by_server (self))
+    return; /* its stream was refused (see claim()) */
   g_return_if_fail (self->streaming);
   if (atomic_exchange (&self->finish_called, TRUE))
     return;

@@ -767,8 +767,10 @@ fail_request (HttpConn *hc, guint status)
       req->body_done = TRUE;
       body_notify = weft_http_take_body_reader (req, &body_data);
     }
-  if (!atomic_load (&req->responded))
-    weft_http_respond_self (req, status, TRUE);
+  /* Claimed in one step: a handler on another thread may answer between
+   * a test and the claim (its answer is then finished as below). */
+  if (weft_http_respond_self (req, status, TRUE))
+    ;
   else if (!req->ready)
     {
       /* Answered on another thread, whose head may still be in the

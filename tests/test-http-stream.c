@@ -292,6 +292,8 @@ pre_thread_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_
   g_usleep (300 * 1000);
 }
 
+static void late_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data);
+
 static guint srv_body_timeout_ms; /* 0: the default */
 static const gchar *srv_access_log; /* NULL: none */
 
@@ -366,6 +368,8 @@ srv_start (Srv *s)
   weft_http_server_add_handler_full (s->server, "POST", "/pre-thread",
                                      WEFT_HTTP_HANDLER_STREAM_BODY, pre_thread_handler, NULL,
                                      NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/late", WEFT_HTTP_HANDLER_STREAM_BODY,
+                                     late_handler, NULL, NULL);
   WeftListener *l = weft_http_server_get_listener (s->server);
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
   g_assert_no_error (error);
@@ -1178,6 +1182,78 @@ test_answered_elsewhere_then_bad_body (void)
   expect_answer_then_close ("/pre-thread");
 }
 
+/* ---- a late answer to a request the server refused ------------------------- */
+
+/* The handler reads the body and hands the request to a thread that
+ * answers once the test says so (late_go): after the server has refused
+ * the request itself (its body was malformed). */
+static atomic_int late_go;
+static atomic_int late_write_ok;
+static atomic_int late_notified;
+static GThread *late_thread;
+
+static void
+late_notify (gpointer data)
+{
+  atomic_fetch_add (&late_notified, 1);
+}
+
+static gpointer
+late_answer (gpointer data)
+{
+  WeftHttpRequest *req = data;
+  while (!atomic_load (&late_go))
+    g_usleep (1000);
+  weft_http_request_add_response_header (req, "X-Late", "1");
+  weft_http_request_respond_stream (req, 200, "text/plain", NULL, NULL, late_notify);
+  atomic_store (&late_write_ok, weft_http_request_write (req, (const guint8 *) "late", 4));
+  weft_http_request_finish (req);
+  weft_http_request_unref (req);
+  return NULL;
+}
+
+static void
+late_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  weft_http_request_read_body (req, drop_piece, NULL, NULL);
+  late_thread = g_thread_new ("late", late_answer, weft_http_request_ref (req));
+}
+
+/* A streamed body's handler answers from another thread, but the body
+ * fails first and the server answers 400 itself: the handler could not
+ * know, so its answer is refused quietly, as one to a client gone is
+ * (the stream's notify runs, its writes return FALSE). It was a critical
+ * warning ("request already answered", "has no streamed answer"), which
+ * G_DEBUG=fatal-criticals makes an abort, for a race the application
+ * cannot avoid. */
+static void
+test_late_answer_after_refusal (void)
+{
+  Srv s;
+  srv_start (&s);
+  atomic_store (&late_go, 0);
+  atomic_store (&late_write_ok, -1);
+  atomic_store (&late_notified, 0);
+  late_thread = NULL;
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /late HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3\r\nabc\r\nZZ\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  if (!g_str_has_prefix ((const char *) got->data, "HTTP/1.1 400 "))
+    g_error ("malformed body:\n%s", (const char *) got->data);
+  g_byte_array_unref (got);
+  close (fd);
+  atomic_store (&late_go, 1);
+  WT_WAIT_UNTIL (late_thread != NULL);
+  g_assert_nonnull (late_thread);
+  g_thread_join (late_thread);
+  g_assert_cmpint (atomic_load (&late_write_ok), ==, FALSE);
+  WT_WAIT_UNTIL (atomic_load (&late_notified) == 1);
+  g_assert_cmpint (atomic_load (&late_notified), ==, 1);
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -1288,5 +1364,6 @@ main (int argc, char **argv)
   g_test_add_func ("/http-stream/answered-elsewhere-then-bad-body",
                    test_answered_elsewhere_then_bad_body);
   g_test_add_func ("/http-stream/linger-keeps-read-data", test_linger_keeps_read_data);
+  g_test_add_func ("/http-stream/late-answer-after-refusal", test_late_answer_after_refusal);
   return g_test_run ();
 }
