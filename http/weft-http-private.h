@@ -279,7 +279,8 @@ guint weft__http_server_n_live (WeftHttpServer *self);
 WeftHttpRequest *weft_http_request_new (HttpConn *hc);
 void weft__http_request_unref_here (WeftHttpRequest *self);
 WeftHttpRequest *weft_http_request_new_for_head (HttpConn *hc, gsize n_headers, gsize head_len);
-gboolean weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close);
+gboolean weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close,
+                                 gboolean with_headers);
 void weft_http_send_continue (WeftHttpRequest *req);
 void weft_http_force_close (WeftHttpRequest *req);
 void weft_http_stream_pump (WeftHttpRequest *req);

@@ -434,8 +434,8 @@ header_value_len (const char *s)
 /* Builds the answer's head (and a small body) on the caller's thread: one
  * buffer, sized first, filled without printf (this is per request). */
 static void
-build_response (WeftHttpRequest *req, guint status, const char *content_type, const guint8 *body,
-                gsize len, GBytes *body_bytes)
+build_response (WeftHttpRequest *req, const GString *extra, guint status, const char *content_type,
+                const guint8 *body, gsize len, GBytes *body_bytes)
 {
   gssize ct_len = content_type != NULL ? header_value_len (content_type) : 0;
   if (ct_len < 0)
@@ -496,7 +496,7 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
 
   gsize why_len = 2;
   const char *why = status == 200 ? "OK" : reason_len (status, &why_len);
-  gsize extra_len = req->extra != NULL ? req->extra->len : 0;
+  gsize extra_len = extra != NULL ? extra->len : 0;
   gsize cap = 9 + 4 + why_len + DATE_LINE_LEN + (14 + (gsize) ct_len + 2) + (16 + 20 + 2) + 28 +
               extra_len + 24 + 2 + inline_len;
   /* A response is built once (claim()); the spare room is used at most once. */
@@ -536,7 +536,7 @@ build_response (WeftHttpRequest *req, guint status, const char *content_type, co
       p = PUT_LIT (p, "\r\n");
     }
   if (extra_len > 0)
-    p = put (p, req->extra->str, extra_len);
+    p = put (p, extra->str, extra_len);
   if (last)
     p = PUT_LIT (p, "Connection: close\r\n");
   else if (req->minor == 0)
@@ -661,9 +661,13 @@ attach (WeftHttpRequest *req)
 /* An answer the server gives itself (errors, 404), on the context.
  * Returns FALSE if the request was answered already: a handler's answer
  * from another thread may come first at any moment, so the caller cannot
- * test for it beforehand (claimed in one step, without a critical). */
+ * test for it beforehand (claimed in one step, without a critical).
+ * @with_headers: send the headers added to @req (a 405's Allow); only
+ * where no handler has the request, which could be adding one on another
+ * thread while the head is built (a refusal, a handler's 500 or 503
+ * leave them out). */
 gboolean
-weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
+weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close, gboolean with_headers)
 {
   int expected = 0;
   if (!atomic_compare_exchange_strong (&req->responded, &expected, ANSWERED_BY_SERVER))
@@ -676,7 +680,8 @@ weft_http_respond_self (WeftHttpRequest *req, guint status, gboolean close)
   /* Answering writes it out and may drop the queue's reference. */
   weft_http_request_ref (req);
   atomic_store_explicit (&req->handler_thread, weft_http_this_thread (), memory_order_relaxed);
-  build_response (req, status, "text/plain", (const guint8 *) text, (gsize) n, NULL);
+  build_response (req, with_headers ? req->extra : NULL, status, "text/plain",
+                  (const guint8 *) text, (gsize) n, NULL);
   attach (req);
   atomic_store_explicit (&req->handler_thread, NULL, memory_order_relaxed);
   weft_http_request_unref (req);
@@ -984,7 +989,10 @@ weft_http_request_get_body (WeftHttpRequest *self)
  * Adds a header to the answer. Date, Content-Length, Transfer-Encoding
  * and Connection are the server's: adding one of them, a name that is not
  * a token or a value with a control character other than tab is refused
- * (a critical warning; the header is left out).
+ * (a critical warning; the header is left out). The headers go with the
+ * answer the handler makes: if the server answers the request itself
+ * first (its body was malformed or too slow), its answer has none of
+ * them.
  */
 void
 weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
@@ -1050,7 +1058,7 @@ weft_http_request_respond (WeftHttpRequest *self, guint status, const gchar *con
   g_return_if_fail (body != NULL || len == 0);
   if (!claim (self, G_STRFUNC))
     return;
-  build_response (self, status, content_type, body, len, NULL);
+  build_response (self, self->extra, status, content_type, body, len, NULL);
   attach (self);
 }
 
@@ -1073,7 +1081,7 @@ weft_http_request_respond_bytes (WeftHttpRequest *self, guint status, const gcha
   g_return_if_fail (body != NULL);
   if (!claim (self, G_STRFUNC))
     return;
-  build_response (self, status, content_type, NULL, 0, body);
+  build_response (self, self->extra, status, content_type, NULL, 0, body);
   attach (self);
 }
 
@@ -1106,7 +1114,7 @@ weft_http_request_respond_file (WeftHttpRequest *self, guint status, const gchar
   self->resp_fd = fd;
   self->resp_off = offset;
   self->resp_len = length;
-  build_response (self, status, content_type, NULL, 0, NULL);
+  build_response (self, self->extra, status, content_type, NULL, 0, NULL);
   attach (self);
 }
 
@@ -1205,7 +1213,7 @@ weft_http_request_respond_stream (WeftHttpRequest *self, guint status, const gch
   self->producer = producer;
   self->producer_data = user_data;
   self->producer_notify = notify;
-  build_response (self, status, content_type, NULL, 0, NULL);
+  build_response (self, self->extra, status, content_type, NULL, 0, NULL);
   if (self->no_body_out)
     {
       self->stream_done = TRUE;

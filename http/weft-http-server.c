@@ -620,7 +620,7 @@ coro_handler (gpointer data)
         {
           g_info ("HTTP coroutine handler for %s %s returned without answering: 500",
                   req->method, req->path);
-          weft_http_respond_self (req, 500, FALSE);
+          weft_http_respond_self (req, 500, FALSE, FALSE);
         }
       else if (req->stream_body && req->ready && !hc->closed)
         weft_http_flush_ready (hc); /* what waited for the handler's return */
@@ -663,7 +663,7 @@ spawn_handler (HttpConn *hc, WeftHttpRequest *req)
        * pending line still holds the request). */
       req->coro_handler_running = FALSE;
       if (!atomic_load (&req->responded))
-        weft_http_respond_self (req, 503, TRUE);
+        weft_http_respond_self (req, 503, TRUE, FALSE);
     }
 }
 
@@ -677,7 +677,7 @@ answer_unrouted (HttpConn *hc, WeftHttpRequest *req, guint status)
    * return, as for a handler: flush now. (That request stays in the line
    * until then; another may be gone once answered.) */
   gboolean refused_body = req->stream_body;
-  weft_http_respond_self (req, status, FALSE);
+  weft_http_respond_self (req, status, FALSE, TRUE);
   if (refused_body && !hc->closed)
     weft_http_flush_ready (hc);
 }
@@ -769,7 +769,7 @@ fail_request (HttpConn *hc, guint status)
     }
   /* Claimed in one step: a handler on another thread may answer between
    * a test and the claim (its answer is then finished as below). */
-  if (weft_http_respond_self (req, status, TRUE))
+  if (weft_http_respond_self (req, status, TRUE, FALSE))
     ;
   else if (!req->ready)
     {

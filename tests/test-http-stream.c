@@ -293,6 +293,8 @@ pre_thread_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_
 }
 
 static void late_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data);
+static void early_header_handler (WeftHttpServer *server, WeftHttpRequest *req,
+                                  gpointer user_data);
 
 static guint srv_body_timeout_ms; /* 0: the default */
 static const gchar *srv_access_log; /* NULL: none */
@@ -370,6 +372,9 @@ srv_start (Srv *s)
                                      NULL);
   weft_http_server_add_handler_full (s->server, "POST", "/late", WEFT_HTTP_HANDLER_STREAM_BODY,
                                      late_handler, NULL, NULL);
+  weft_http_server_add_handler_full (s->server, "POST", "/early-header",
+                                     WEFT_HTTP_HANDLER_STREAM_BODY, early_header_handler, NULL,
+                                     NULL);
   WeftListener *l = weft_http_server_get_listener (s->server);
   g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
   g_assert_no_error (error);
@@ -1254,6 +1259,39 @@ test_late_answer_after_refusal (void)
   srv_stop (&s);
 }
 
+/* ---- the server's own refusal leaves the handler's headers out ------------ */
+
+static void
+early_header_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  weft_http_request_add_response_header (req, "X-Handler", "1");
+  weft_http_request_read_body (req, drop_piece, NULL, NULL);
+}
+
+/* A header a handler adds before it answers belongs to its answer, not
+ * to the server's refusal of the request's body (400 here). The refusal
+ * built its head from them, on the connection's context, while the
+ * handler (the request handed to another thread, say) could be adding
+ * one: a read of a string being reallocated. */
+static void
+test_refusal_leaves_out_handler_headers (void)
+{
+  Srv s;
+  srv_start (&s);
+  int fd = wt_connect_tcp (s.port);
+  wt_send_str (fd, "POST /early-header HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3\r\nabc\r\nZZ\r\n");
+  GByteArray *got = wt_recv_to_eof (fd, TRUE, NULL);
+  g_byte_array_append (got, (const guint8 *) "", 1);
+  const char *text = (const char *) got->data;
+  if (!g_str_has_prefix (text, "HTTP/1.1 400 "))
+    g_error ("malformed body:\n%s", text);
+  g_assert_null (strstr (text, "X-Handler"));
+  g_byte_array_unref (got);
+  close (fd);
+  srv_stop (&s);
+}
+
 /* Full duplex: the echo of the first part arrives before the client sends
  * the rest. */
 static void
@@ -1365,5 +1403,7 @@ main (int argc, char **argv)
                    test_answered_elsewhere_then_bad_body);
   g_test_add_func ("/http-stream/linger-keeps-read-data", test_linger_keeps_read_data);
   g_test_add_func ("/http-stream/late-answer-after-refusal", test_late_answer_after_refusal);
+  g_test_add_func ("/http-stream/refusal-leaves-out-handler-headers",
+                   test_refusal_leaves_out_handler_headers);
   return g_test_run ();
 }
