@@ -130,24 +130,26 @@ weft_join_done (WeftJoin *self)
   if (!g_atomic_int_dec_and_test (&self->pending))
     return;
 
+  /* Everything is read from @self before the store: a thread that sees
+   * weft_join_is_complete() and drops the last reference may free @self
+   * (and drop its context) at once, the caller of this function needing no
+   * reference of its own. The continuation may run on another worker at
+   * once too: the post goes through a reference of our own. */
+  WeftJobFunc func = self->func;
+  gpointer user_data = self->user_data;
+  GDestroyNotify notify = self->notify;
+  WeftContext *ctx = self->context != NULL ? weft_context_ref (self->context) : NULL;
   atomic_store (&self->fired, 1);
-  if (self->context != NULL)
+  if (ctx != NULL)
     {
-      /* The continuation may run on another worker at once and drop the
-       * join, and with it this reference to the context, while the post
-       * still reads the context: post through one of our own. */
-      WeftContext *ctx = weft_context_ref (self->context);
       /* The rest of accepted work: a soft stop does not refuse it when the
        * last task ends on a thread of the application. */
-      weft__context_post_continuation (ctx, self->func, self->user_data, self->notify);
+      weft__context_post_continuation (ctx, func, user_data, notify);
       weft_context_unref (ctx);
     }
   else
     {
       /* The continuation may drop the last reference to @self. */
-      WeftJobFunc func = self->func;
-      gpointer user_data = self->user_data;
-      GDestroyNotify notify = self->notify;
       func (user_data);
       if (notify != NULL)
         notify (user_data);

@@ -537,6 +537,73 @@ test_add (void)
   g_free (j);
 }
 
+/* The last task ends on a thread without a reference of its own, while the
+ * owner waits with weft_join_is_complete() and then drops the only one: the
+ * join (and a lazy join's hold on its context) may go at once, so
+ * weft_join_done() must read nothing of it after marking it complete.
+ * Before the fix it read the context, the continuation and its data after
+ * the mark: AddressSanitizer (lazy) and ThreadSanitizer (both) report a
+ * use-after-free within a few hundred rounds. */
+typedef struct {
+  WeftJoin *join;
+  atomic_int go;
+} UnheldDone;
+
+static void *
+unheld_done_thread (void *data)
+{
+  UnheldDone *u = data;
+  while (!atomic_load (&u->go))
+    sched_yield ();
+  weft_join_done (u->join); /* the owner's reference, not ours */
+  return NULL;
+}
+
+static void
+count_run (gpointer data)
+{
+  atomic_fetch_add ((atomic_int *) data, 1);
+}
+
+static void
+freed_on_complete (gboolean lazy)
+{
+  WeftEngine *engine = wt_engine_new (2);
+  WeftContext *ctx = weft_context_new (engine);
+  weft_context_dispatch (ctx);
+  atomic_int runs = 0;
+  const int rounds = 1000;
+  for (int i = 0; i < rounds; i++)
+    {
+      UnheldDone u = { weft_join_new (1, lazy ? ctx : NULL, count_run, &runs, NULL), 0 };
+      pthread_t t;
+      g_assert_cmpint (pthread_create (&t, NULL, unheld_done_thread, &u), ==, 0);
+      atomic_store (&u.go, 1);
+      while (!weft_join_is_complete (u.join))
+        sched_yield (); /* (not a bare spin: Valgrind runs one thread at a time) */
+      weft_join_unref (u.join);
+      pthread_join (t, NULL);
+    }
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (atomic_load (&runs) < rounds && g_get_monotonic_time () < end)
+    g_usleep (1000);
+  g_assert_cmpint (atomic_load (&runs), ==, rounds);
+  weft_context_unref (ctx);
+  weft_engine_unref (engine);
+}
+
+static void
+test_eager_freed_on_complete (void)
+{
+  freed_on_complete (FALSE);
+}
+
+static void
+test_lazy_freed_on_complete (void)
+{
+  freed_on_complete (TRUE);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -552,6 +619,8 @@ main (int argc, char **argv)
   g_test_add_func ("/join/continuation-drops-last-ref", test_continuation_drops_last_ref);
   g_test_add_func ("/join/lazy-continuation-frees-context",
                    test_lazy_continuation_frees_context);
+  g_test_add_func ("/join/eager-freed-on-complete", test_eager_freed_on_complete);
+  g_test_add_func ("/join/lazy-freed-on-complete", test_lazy_freed_on_complete);
 
   return g_test_run ();
 }
