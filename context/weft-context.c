@@ -1046,7 +1046,8 @@ weft_context_try_post (WeftContext *self, WeftJobFunc func, gpointer user_data,
  * Bounds the jobs queued on @self for weft_context_try_post(). Jobs from
  * weft_context_post() are counted but never refused. Counting costs an
  * atomic add per post, so it is only done for bounded contexts; set the
- * bound before weft_context_dispatch().
+ * bound before weft_context_dispatch(), and before any other thread may
+ * post to @self (the bound is read by every post without a lock).
  */
 void
 weft_context_set_max_queued (WeftContext *self, guint max_queued)
@@ -1061,7 +1062,8 @@ weft_context_set_max_queued (WeftContext *self, guint max_queued)
  * @self: a context
  *
  * Gets the bound weft_context_try_post() enforces on the jobs queued on
- * @self. Safe from any thread.
+ * @self. Safe from any thread once the bound is set (see
+ * weft_context_set_max_queued()).
  *
  * Returns: the bound from weft_context_set_max_queued(), 0 for none
  */
