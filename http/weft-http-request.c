@@ -628,8 +628,12 @@ attach (WeftHttpRequest *req)
       hc->flush_due = TRUE;
       return;
     }
-  /* (The context test first: another thread must not read inline_req.) */
-  if (atomic_load_explicit (&req->handler_thread, memory_order_relaxed) == weft_http_this_thread () ||
+  /* (The context test first: another thread must not read inline_req.)
+   * Its handler's thread is not enough: a handler waiting in a nested
+   * main loop (a modal dialog) lets that thread run another context's
+   * callbacks, which must not write to this connection: they post. */
+  if ((atomic_load_explicit (&req->handler_thread, memory_order_relaxed) == weft_http_this_thread () &&
+       (on_context || weft_context_get_current () == NULL)) ||
       (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */

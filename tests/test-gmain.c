@@ -1173,6 +1173,102 @@ test_restart_while_iterating (void)
   wt_close (p[1]);
 }
 
+/* ---- /gmain/http-answer-from-nested-loop --------------------------------- */
+
+/* A handler on an engine run by a GMainContext waits in a nested loop (a
+ * modal dialog) while a context bound to the same GMainContext, of another
+ * engine, answers its request. That callback runs on the handler's thread
+ * but not on the connection's context: the answer wrote to the connection
+ * from there (a critical, and the client got nothing); it must post. */
+typedef struct {
+  WeftContext *ui;
+  atomic_int answered;
+  guint16 port;
+  GByteArray *got;
+  atomic_int client_done;
+} Modal;
+
+static Modal *modal;
+
+static void
+modal_answer_job (gpointer data)
+{
+  weft_http_request_respond (data, 200, "text/plain", (const guint8 *) "answer\n", 7);
+  atomic_store (&modal->answered, 1);
+}
+
+static void
+modal_handler (WeftHttpServer *server, WeftHttpRequest *req, gpointer user_data)
+{
+  Modal *m = user_data;
+  g_assert_true (weft_context_post (m->ui, modal_answer_job, weft_http_request_ref (req),
+                                    (GDestroyNotify) weft_http_request_unref));
+  /* The dialog: iterates until the answer was made, and a little more. */
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (!atomic_load (&m->answered) && g_get_monotonic_time () < end)
+    g_main_context_iteration (g_main_context_get_thread_default (), TRUE);
+  g_assert_cmpint (atomic_load (&m->answered), ==, 1);
+}
+
+static gpointer
+modal_client (gpointer data)
+{
+  Modal *m = data;
+  int fd = wt_connect_tcp (m->port);
+  wt_send_str (fd, "GET /modal HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  m->got = wt_recv_to_eof (fd, FALSE, NULL);
+  close (fd);
+  atomic_store (&m->client_done, 1);
+  g_main_context_wakeup (NULL);
+  return NULL;
+}
+
+static void
+test_http_answer_from_nested_loop (void)
+{
+  GError *error = NULL;
+  GMainContext *mc = g_main_context_new ();
+  g_main_context_push_thread_default (mc);
+  WeftEngine *engine = weft_engine_new_for_main_context (mc, &error);
+  g_assert_no_error (error);
+  WeftEngine *other = wt_engine_new (1);
+  Modal m = { 0 };
+  modal = &m;
+  m.ui = weft_context_new_for_main_context (other, mc);
+  weft_context_dispatch (m.ui);
+  WeftHttpServer *server = weft_http_server_new (engine);
+  weft_http_server_add_handler (server, "GET", "/modal", modal_handler, &m, NULL);
+  WeftListener *l = weft_http_server_get_listener (server);
+  g_assert_true (weft_listener_add_tcp (l, "127.0.0.1", 0, &error));
+  g_assert_no_error (error);
+  m.port = weft_listener_get_port (l, 0);
+  g_assert_true (weft_http_server_start (server, &error));
+  g_assert_no_error (error);
+
+  GThread *client = g_thread_new ("client", modal_client, &m);
+  gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
+  while (!atomic_load (&m.client_done) && g_get_monotonic_time () < end)
+    g_main_context_iteration (mc, FALSE), g_usleep (1000);
+  g_thread_join (client);
+  g_byte_array_append (m.got, (const guint8 *) "", 1);
+  const char *text = (const char *) m.got->data;
+  if (!g_str_has_prefix (text, "HTTP/1.1 200 "))
+    g_error ("the nested loop's answer did not come:\n%s", text);
+  g_assert_true (g_str_has_suffix (text, "\r\n\r\nanswer\n"));
+  g_byte_array_unref (m.got);
+
+  weft_http_server_unref (server);
+  weft_context_unref (m.ui);
+  weft_engine_unref (other);
+  weft_engine_unref (engine);
+  /* What the engines and the context left to the GMainContext. */
+  while (g_main_context_iteration (mc, FALSE))
+    ;
+  g_main_context_pop_thread_default (mc);
+  g_main_context_unref (mc);
+  modal = NULL;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1190,5 +1286,6 @@ main (int argc, char **argv)
   g_test_add_func ("/gmain/stop-during-shutdown-drain", test_stop_during_shutdown_drain);
   g_test_add_func ("/gmain/two-shutdowns", test_two_shutdowns);
   g_test_add_func ("/gmain/restart-while-iterating", test_restart_while_iterating);
+  g_test_add_func ("/gmain/http-answer-from-nested-loop", test_http_answer_from_nested_loop);
   return g_test_run ();
 }
