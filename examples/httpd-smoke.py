@@ -11,6 +11,18 @@ without --key) exit 2 with a message and never serve."""
 import http.client, json, os, re, signal, socket, subprocess, sys, tempfile, time
 
 httpd, docs = sys.argv[1], sys.argv[2]
+
+
+def recv_to_eof(s):
+    """What socket s receives until its peer closes."""
+    got = b''
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            return got
+        got += chunk
+
+
 p = subprocess.Popen([httpd, '--listen', '127.0.0.1:0', '--root', docs, '--workers', '2'],
                      stdout=subprocess.PIPE, text=True)
 try:
@@ -65,12 +77,7 @@ try:
     s = socket.create_connection(('127.0.0.1', port), timeout=10)
     t = time.monotonic()
     s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n')
-    got = b''
-    while True:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        got += chunk
+    got = recv_to_eof(s)
     waited = time.monotonic() - t
     assert got.startswith(b'HTTP/1.1 408 '), got[:100]
     assert waited >= 0.25, waited
@@ -97,12 +104,7 @@ try:
     port = int(re.search(r'port (\d+)', p.stdout.readline()).group(1))
     s = socket.create_connection(('127.0.0.1', port), timeout=10)
     s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx')
-    got = b''
-    while True:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        got += chunk
+    got = recv_to_eof(s)
     s.close()
     assert got.startswith(b'HTTP/1.1 413 '), got[:100]
     p.send_signal(signal.SIGTERM)

@@ -605,7 +605,8 @@ static void
 attach (WeftHttpRequest *req)
 {
   HttpConn *hc = req->hc;
-  gboolean on_context = weft_context_get_current () == weft_http_conn_ctx (hc);
+  WeftContext *current = weft_context_get_current ();
+  gboolean on_context = current == weft_http_conn_ctx (hc);
   if (on_context && req->dropped)
     {
       drop_answer (req);
@@ -631,9 +632,10 @@ attach (WeftHttpRequest *req)
   /* (The context test first: another thread must not read inline_req.)
    * Its handler's thread is not enough: a handler waiting in a nested
    * main loop (a modal dialog) lets that thread run another context's
-   * callbacks, which must not write to this connection: they post. */
+   * callbacks, which must not write to this connection: they post. (No
+   * current context at all passes, as for the connection's own writes.) */
   if ((atomic_load_explicit (&req->handler_thread, memory_order_relaxed) == weft_http_this_thread () &&
-       (on_context || weft_context_get_current () == NULL)) ||
+       (on_context || current == NULL)) ||
       (on_context && hc->inline_req == req))
     {
       /* Inside its handler, on the connection's context. */
@@ -1004,9 +1006,10 @@ weft_http_request_add_response_header (WeftHttpRequest *self, const gchar *name,
 {
   g_return_if_fail (self != NULL);
   g_return_if_fail (name != NULL && value != NULL);
-  if (answered_by_server (self))
+  int responded = atomic_load (&self->responded);
+  if (responded == ANSWERED_BY_SERVER)
     return; /* refused meanwhile (see claim()) */
-  g_return_if_fail (!atomic_load (&self->responded));
+  g_return_if_fail (responded == 0);
   /* Checked even with G_DISABLE_CHECKS: a CR or LF here would let a value
    * that came from a client write headers (or a whole answer) of its own. */
   if (!header_name_ok (name) || header_value_len (value) < 0)

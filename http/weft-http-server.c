@@ -768,20 +768,18 @@ fail_request (HttpConn *hc, guint status)
       body_notify = weft_http_take_body_reader (req, &body_data);
     }
   /* Claimed in one step: a handler on another thread may answer between
-   * a test and the claim (its answer is then finished as below). */
-  if (weft_http_respond_self (req, status, TRUE, FALSE))
-    ;
-  else if (!req->ready)
+   * a test and the claim; then its answer is finished here. */
+  if (!weft_http_respond_self (req, status, TRUE, FALSE))
     {
-      /* Answered on another thread, whose head may still be in the
-       * making there: its attach job, which follows, finishes it as
-       * below. */
-      req->failed = TRUE;
-    }
-  else
-    {
-      weft_http_fail_answered (req);
-      weft_http_flush_ready (hc);
+      if (!req->ready)
+        /* Its head may still be in the making there: its attach job,
+         * which follows, finishes it as below. */
+        req->failed = TRUE;
+      else
+        {
+          weft_http_fail_answered (req);
+          weft_http_flush_ready (hc);
+        }
     }
   if (body_notify != NULL)
     body_notify (body_data);

@@ -272,20 +272,26 @@ low_water (WeftConnection *self)
   return self->ext != NULL ? self->ext->low_water : DEFAULT_LOW_WATER;
 }
 
-/* One per thread, freed when the thread exits (GPrivate's notify); the
- * thread-local pointer saves the lookup. */
+/* Per-thread buffers: made on first use, freed when the thread exits
+ * (GPrivate's notify); the thread-local pointer saves the lookup. */
+static inline __attribute__ ((always_inline)) guint8 *
+thread_buffer (guint8 **buf, GPrivate *key, gsize size)
+{
+  if (G_UNLIKELY (*buf == NULL))
+    {
+      *buf = g_malloc (size);
+      g_private_set (key, *buf);
+    }
+  return *buf;
+}
+
 static GPrivate scratch_key = G_PRIVATE_INIT (g_free);
 static _Thread_local WEFT_TLS_IE guint8 *scratch;
 
 static guint8 *
 scratch_buffer (void)
 {
-  if (G_UNLIKELY (scratch == NULL))
-    {
-      scratch = g_malloc (SCRATCH_SIZE);
-      g_private_set (&scratch_key, scratch);
-    }
-  return scratch;
+  return thread_buffer (&scratch, &scratch_key, SCRATCH_SIZE);
 }
 
 /* Where I/O may happen now: on a worker (SIGPIPE blocked, and the context
@@ -1537,7 +1543,7 @@ weft_connection_is_write_blocked (WeftConnection *self)
  * buffer, which may hold the bytes a read function on this thread is
  * still looking at (it may write to a TLS connection on its context,
  * which flushes at once). discard_input() drops what it reads there too:
- * neither keeps anything in it across a call. One per thread, as scratch. */
+ * neither keeps anything in it across a call. */
 #define FILE_READ_SIZE 16384
 static GPrivate file_read_key = G_PRIVATE_INIT (g_free);
 static _Thread_local WEFT_TLS_IE guint8 *file_read;
@@ -1545,12 +1551,7 @@ static _Thread_local WEFT_TLS_IE guint8 *file_read;
 static guint8 *
 file_read_buffer (void)
 {
-  if (G_UNLIKELY (file_read == NULL))
-    {
-      file_read = g_malloc (FILE_READ_SIZE);
-      g_private_set (&file_read_key, file_read);
-    }
-  return file_read;
+  return thread_buffer (&file_read, &file_read_key, FILE_READ_SIZE);
 }
 
 /* Sends what the socket takes. Returns FALSE if the connection failed.

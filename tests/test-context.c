@@ -2167,6 +2167,37 @@ sig_notify (gpointer data)
   atomic_fetch_add (&((Sig *) data)->notified, 1);
 }
 
+/* Runs the rest of the test in a subprocess, with @signum blocked in the
+ * test thread so its default action never kills it: TRUE there; FALSE in
+ * the parent, once the subprocess passed. */
+static gboolean
+in_signal_subprocess (gint signum)
+{
+  if (!g_test_subprocess ())
+    {
+      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
+      g_test_trap_assert_passed ();
+      return FALSE;
+    }
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, signum);
+  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+  return TRUE;
+}
+
+/* A subscription that must fail with @code; its notify runs once. */
+static void
+assert_add_signal_fails (WeftContext *ctx, gint signum, gint code)
+{
+  Sig s = { 0 };
+  GError *error = NULL;
+  g_assert_cmpuint (weft_context_add_signal (ctx, signum, sig_cb, &s, sig_notify, &error), ==, 0);
+  g_assert_error (error, WEFT_ERROR, code);
+  g_clear_error (&error);
+  g_assert_cmpint (atomic_load (&s.notified), ==, 1);
+}
+
 static void
 test_signal (void)
 {
@@ -2175,19 +2206,8 @@ test_signal (void)
                   "subscription on one context fails with WEFT_ERROR_EXISTS, SIGKILL with "
                   "WEFT_ERROR_INVALID");
 
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-
-  /* In a subprocess: the test thread blocks SIGUSR1 first, so the default
-   * action never kills us. */
-  sigset_t set;
-  sigemptyset (&set);
-  sigaddset (&set, SIGUSR1);
-  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+  if (!in_signal_subprocess (SIGUSR1))
+    return;
 
   WeftEngine *engine = wt_engine_new (2);
   WeftContext *a = weft_context_new (engine), *b = weft_context_new (engine);
@@ -2201,21 +2221,9 @@ test_signal (void)
   g_assert_no_error (error);
   g_assert_cmpuint (idb, >, 0);
 
-  /* One context watches a signal once; the failed add calls the notify. */
-  Sig twice = { 0 };
-  g_assert_cmpuint (weft_context_add_signal (a, SIGUSR1, sig_cb, &twice, sig_notify, &error),
-                    ==, 0);
-  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_EXISTS);
-  g_clear_error (&error);
-  g_assert_cmpint (atomic_load (&twice.notified), ==, 1);
-
-  /* SIGKILL cannot be caught; the failed add calls the notify. */
-  Sig skill = { 0 };
-  g_assert_cmpuint (weft_context_add_signal (a, SIGKILL, sig_cb, &skill, sig_notify, &error),
-                    ==, 0);
-  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_INVALID);
-  g_clear_error (&error);
-  g_assert_cmpint (atomic_load (&skill.notified), ==, 1);
+  /* One context watches a signal once; SIGKILL cannot be caught. */
+  assert_add_signal_fails (a, SIGUSR1, WEFT_ERROR_EXISTS);
+  assert_add_signal_fails (a, SIGKILL, WEFT_ERROR_INVALID);
 
   weft_context_dispatch (a);
   weft_context_dispatch (b);
@@ -2262,15 +2270,7 @@ test_signal_reserved (void)
   WeftEngine *engine = wt_engine_new (1);
   WeftContext *ctx = weft_context_new (engine);
   for (gint signum = 32; signum < SIGRTMIN; signum++)
-    {
-      Sig s = { 0 };
-      GError *error = NULL;
-      g_assert_cmpuint (weft_context_add_signal (ctx, signum, sig_cb, &s, sig_notify, &error),
-                        ==, 0);
-      g_assert_error (error, WEFT_ERROR, WEFT_ERROR_INVALID);
-      g_clear_error (&error);
-      g_assert_cmpint (atomic_load (&s.notified), ==, 1);
-    }
+    assert_add_signal_fails (ctx, signum, WEFT_ERROR_INVALID);
   /* SIGRTMIN itself is the application's. */
   Sig rt = { 0 };
   GError *error = NULL;
@@ -2293,17 +2293,8 @@ test_signal_two_engines (void)
                   "engine gets WEFT_ERROR_EXISTS; once the first engine's last subscription "
                   "is gone the second may subscribe, and every arrival reaches it");
 
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-
-  sigset_t set;
-  sigemptyset (&set);
-  sigaddset (&set, SIGUSR1);
-  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+  if (!in_signal_subprocess (SIGUSR1))
+    return;
 
   WeftEngine *ea = wt_engine_new (2), *eb = wt_engine_new (2);
   WeftContext *a = weft_context_new (ea), *b = weft_context_new (eb);
@@ -2313,16 +2304,12 @@ test_signal_two_engines (void)
   guint ida = weft_context_add_signal (a, SIGUSR1, sig_cb, &sa, sig_notify, &error);
   g_assert_no_error (error);
   g_assert_cmpuint (ida, >, 0);
-  g_assert_cmpuint (weft_context_add_signal (b, SIGUSR1, sig_cb, &sb, sig_notify, &error), ==, 0);
-  g_assert_error (error, WEFT_ERROR, WEFT_ERROR_EXISTS);
-  g_clear_error (&error);
-  g_assert_cmpint (atomic_load (&sb.notified), ==, 1);
+  assert_add_signal_fails (b, SIGUSR1, WEFT_ERROR_EXISTS);
   weft_context_dispatch (a);
   weft_context_dispatch (b);
 
   /* The first engine lets go: the second takes the signal over. */
   g_assert_true (weft_context_remove (a, ida));
-  atomic_store (&sb.notified, 0);
   guint idb = weft_context_add_signal (b, SIGUSR1, sig_cb, &sb, sig_notify, &error);
   g_assert_no_error (error);
   g_assert_cmpuint (idb, >, 0);
@@ -2352,17 +2339,8 @@ test_signal_unwatched_stays_pending (void)
                   "removed, the engine stops reading it: an arrival stays pending (not "
                   "read and dropped) and the next subscriber gets it once");
 
-  if (!g_test_subprocess ())
-    {
-      g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
-      g_test_trap_assert_passed ();
-      return;
-    }
-
-  sigset_t set;
-  sigemptyset (&set);
-  sigaddset (&set, SIGUSR2);
-  g_assert_cmpint (pthread_sigmask (SIG_BLOCK, &set, NULL), ==, 0);
+  if (!in_signal_subprocess (SIGUSR2))
+    return;
 
   WeftEngine *engine = wt_engine_new (2);
   WeftContext *ctx = weft_context_new (engine);

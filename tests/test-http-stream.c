@@ -688,6 +688,18 @@ test_backpressure (void)
   srv_stop (&s);
 }
 
+/* A client reads some of the endless /forever stream and goes away; its
+ * producer's notify has run. */
+static void
+leave_forever_stream (Srv *s)
+{
+  int fd = wt_connect_tcp (s->port);
+  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
+  wt_recv_discard (fd, 64 * 1024);
+  close (fd);
+  wait_for (&notifies, 1);
+}
+
 /* A client that goes away mid-stream: the producer stops being called and
  * its notify runs once. */
 static void
@@ -695,11 +707,7 @@ test_client_gone (void)
 {
   Srv s;
   srv_start (&s);
-  int fd = wt_connect_tcp (s.port);
-  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
-  wt_recv_discard (fd, 64 * 1024);
-  close (fd);
-  wait_for (&notifies, 1);
+  leave_forever_stream (&s);
   gint calls = g_atomic_int_get (&producer_calls);
   g_usleep (100 * 1000);
   g_assert_cmpint (g_atomic_int_get (&producer_calls), ==, calls);
@@ -714,11 +722,7 @@ test_client_gone_counted (void)
 {
   Srv s;
   srv_start (&s);
-  int fd = wt_connect_tcp (s.port);
-  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
-  wt_recv_discard (fd, 64 * 1024);
-  close (fd);
-  wait_for (&notifies, 1);
+  leave_forever_stream (&s);
   gchar *json = NULL;
   gint64 end = g_get_monotonic_time () + WT_DEADLINE_US;
   do
@@ -751,11 +755,7 @@ test_client_gone_logged (void)
   Srv s;
   srv_start (&s);
   srv_access_log = NULL;
-  int fd = wt_connect_tcp (s.port);
-  wt_send_str (fd, "GET /forever HTTP/1.1\r\nHost: a\r\n\r\n");
-  wt_recv_discard (fd, 64 * 1024);
-  close (fd);
-  wait_for (&notifies, 1);
+  leave_forever_stream (&s);
   srv_stop (&s); /* writes the log's last lines */
   gchar *text = NULL;
   g_assert_true (g_file_get_contents (path, &text, NULL, NULL));

@@ -1558,6 +1558,7 @@ typedef struct {
   WeftConnection *conn;
   atomic_int ready;   /* the handshake is done */
   atomic_int closed;  /* CLOSED came */
+  atomic_int close_called; /* the close was asked for, its flush tried */
 } Notify;
 
 static void
@@ -1586,7 +1587,8 @@ notify_answer_and_close (gpointer data)
   static guint8 answer[6000];
   memset (answer, 'a', sizeof answer);
   weft_connection_write (n->conn, answer, sizeof answer);
-  weft_connection_close (n->conn);
+  weft_connection_close (n->conn); /* (a job, not a callback: it flushes now) */
+  atomic_store (&n->close_called, 1);
 }
 
 /* weft_connection_close() promises a close_notify before the close. It was
@@ -1627,8 +1629,9 @@ test_close_notify_when_full (void)
 
   weft_context_post (ctx, notify_answer_and_close, &n, NULL);
   /* The close_notify waits for room in the socket (the client reads only
-   * now): it must not be dropped meanwhile. */
-  g_usleep (100 * 1000);
+   * once the close has been tried): it must not be dropped meanwhile. */
+  WT_WAIT_UNTIL (atomic_load (&n.close_called) == 1);
+  g_assert_cmpint (atomic_load (&n.close_called), ==, 1);
   gsize got = 0;
   int r;
   while ((r = SSL_read (ssl, buf, sizeof buf)) > 0)
